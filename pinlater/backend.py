@@ -1,0 +1,187 @@
+"""The backend contract: small, atomic, batched per-shard primitives.
+
+A storage kind (SQLite, MySQL, Redis) provides a `Backend` that parses its part of the config
+and opens `Shard`s. Everything that is not storage-specific (validation, shard choice, priority
+order, fan-out and merge, descriptors, retries, health) lives above, in `sharded.py`.
+
+Rules every implementation follows:
+- One round trip (or one transaction / one script call) per primitive call, never one per job.
+- Each state transition is one guarded statement (expected state and claim in the WHERE clause or
+  the Lua condition); a transition whose guard does not hold is a silent no-op.
+- Times are epoch ms read from the shard's own clock (`now_ms`), plus `clock_offset_ms`, which
+  tests and operators use to move a shard's clock; the application clock is never mixed in.
+- A call on a queue that does not exist on the shard raises `QueueNotFound`.
+- Connection-level failures raise `ShardError` (retriable or not); storage refusals for lack of
+  memory/space raise `StorageFull`. Nothing else escapes for expected conditions.
+- Bodies are bytes, byte-identical on the way back; custom statuses are truncated to
+  `status_cap` characters keeping the newest text (acks append, checkpoints prepend).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from pinlater.models import (
+    Ack, Checkpoint, DequeuedJob, JobRecord, JobState, NewJob, ReclaimCounts, ScanBound,
+)
+
+BodyFilter = Callable[[bytes], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardSpec:
+    """One logical shard as configured. Backends subclass it with their connection fields.
+
+    Two specs that differ only in `dequeue_only` can share an open shard (hot reload flips the
+    flag without reconnecting); see `connection_key`.
+    """
+
+    name: str
+    dequeue_only: bool = False
+
+    def connection_key(self) -> tuple:
+        """Everything but `dequeue_only`: equal keys mean the open shard can be reused."""
+        return tuple(getattr(self, f.name) for f in fields(self) if f.name != "dequeue_only")
+
+
+@dataclass(frozen=True, slots=True)
+class StorageLimits:
+    """Limits the storage must honour, from the validated config."""
+
+    num_priorities: int = 3
+    body_cap: int = 1024 * 1024
+    status_cap: int = 5000
+
+
+class Shard(abc.ABC):
+    """One storage shard. Thread-safe: the server calls it from many request threads."""
+
+    def __init__(self, spec: ShardSpec, limits: StorageLimits):
+        self.spec = spec
+        self.name = spec.name
+        self.limits = limits
+        self.clock_offset_ms = 0
+
+    # ---- clock ----
+    @abc.abstractmethod
+    def now_ms(self) -> int:
+        """The shard's clock (storage server clock where there is one) plus clock_offset_ms."""
+
+    # ---- queues ----
+    @abc.abstractmethod
+    def create_queue(self, queue: str) -> None:
+        """Create the queue's storage for priorities 1..num_priorities; idempotent, and creates
+        whatever is missing (e.g. tables of newly configured priority levels)."""
+
+    @abc.abstractmethod
+    def delete_queue(self, queue: str) -> None:
+        """Remove the queue and every job in every state; idempotent."""
+
+    @abc.abstractmethod
+    def queue_names(self) -> set[str]:
+        """Names of the queues that exist on this shard."""
+
+    # ---- jobs ----
+    @abc.abstractmethod
+    def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[int]:
+        """Store all jobs atomically (one transaction) and return their local ids in order."""
+
+    @abc.abstractmethod
+    def dequeue(self, queue: str, priority: int, limit: int,
+                claim: str | None) -> list[DequeuedJob]:
+        """Claim up to `limit` eligible PENDING jobs (run_after <= now) of one priority, oldest
+        run_after first then by id, moving them to IN_PROGRESS with `claim` and updated_at = now.
+        `claim` None is a dry run: return them without changing anything."""
+
+    @abc.abstractmethod
+    def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
+        """Apply acks whose job is IN_PROGRESS and whose claim matches; return how many applied."""
+
+    @abc.abstractmethod
+    def checkpoint(self, queue: str, checkpoints: Sequence[Checkpoint]) -> int:
+        """Apply checkpoints whose job is IN_PROGRESS with a matching claim; return the count."""
+
+    @abc.abstractmethod
+    def lookup(self, queue: str, refs: Sequence[tuple[int, int]],
+               include_body: bool) -> list[JobRecord]:
+        """Records for the (priority, local_id) pairs that exist; missing ones are omitted."""
+
+    @abc.abstractmethod
+    def count(self, queue: str, state: JobState, priorities: Sequence[int], future: bool,
+              cap: int, body_filter: BodyFilter | None) -> int:
+        """Jobs in `state` over the priorities with run_after > now (future) or <= now,
+        exact up to `cap` (the result is at most `cap`)."""
+
+    @abc.abstractmethod
+    def scan(self, queue: str, state: JobState, bounds: Mapping[int, ScanBound | None],
+             future: bool, limit: int, body_filter: BodyFilter | None) -> list[JobRecord]:
+        """For each priority in `bounds`, up to `limit` records after its bound (None = from the
+        top) in (run_after DESC, local_id DESC) order. Bodies are not returned."""
+
+    @abc.abstractmethod
+    def retry_failed(self, queue: str, priority: int, attempts_remaining: int,
+                     run_after_ms: int | None, limit: int) -> int:
+        """Move up to `limit` FAILED jobs (oldest first) to PENDING; return how many."""
+
+    @abc.abstractmethod
+    def delete_jobs(self, queue: str, state: JobState, priority: int, limit: int,
+                    body_filter: BodyFilter | None) -> int:
+        """Delete up to `limit` jobs in `state` (matching the filter, if any); return how many."""
+
+    # ---- janitor ----
+    @abc.abstractmethod
+    def reclaim_expired(self, queue: str, priority: int, claim_timeout_ms: int,
+                        limit: int) -> ReclaimCounts:
+        """Up to `limit` IN_PROGRESS jobs whose updated_at is older than the timeout: back to
+        PENDING with one attempt used (run_after = now), or FAILED when none is left."""
+
+    @abc.abstractmethod
+    def purge(self, queue: str, priority: int, state: JobState, ttl_ms: int, limit: int) -> int:
+        """Delete up to `limit` jobs in a terminal `state` whose updated_at is older than ttl."""
+
+    # ---- health ----
+    @abc.abstractmethod
+    def ping(self) -> None:
+        """Raise ShardError unless the storage answers."""
+
+    def durability_warnings(self) -> list[str]:
+        """Settings of this shard that would lose accepted jobs on a crash (empty = durable)."""
+        return []
+
+    def close(self) -> None:
+        """Release connections. Idempotent."""
+
+
+class Backend(abc.ABC):
+    """A storage kind. One instance per server; opens shards and may share pools among them."""
+
+    kind: ClassVar[str]
+    #: the shard map can change at run time (add/remove shards, flip dequeue_only)
+    supports_shard_reload: ClassVar[bool] = False
+    #: eligibility and claim expiry use the storage server's clock (not this process's)
+    uses_storage_clock: ClassVar[bool] = True
+
+    def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
+        self.options = options
+        self.limits = limits
+
+    @classmethod
+    @abc.abstractmethod
+    def parse_shards(cls, raw: Any, options: Mapping[str, Any], path: str) -> list[ShardSpec]:
+        """Validate a shard list from YAML into specs; raise ConfigError listing every problem
+        with its key path (e.g. `backend.shards[1].port`)."""
+
+    @classmethod
+    def parse_options(cls, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
+        """Validate backend-wide options (everything under `backend:` except kind/shards)."""
+        return dict(raw)
+
+    @abc.abstractmethod
+    def open_shard(self, spec: ShardSpec) -> Shard:
+        """Open (connect) one shard. Must not hang: connect timeouts apply."""
+
+    def close(self) -> None:
+        """Release anything shared between shards."""

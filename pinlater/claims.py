@@ -1,0 +1,23 @@
+"""Claim strings: who holds a dequeued job, fenced per dequeue.
+
+A claim is `<token>:<source>` with a fixed-length random token first, so every backend can read
+the source part back with a fixed offset (SQL `SUBSTR(claim, CLAIM_SOURCE_OFFSET + 1)`, Lua
+`string.sub(claim, CLAIM_SOURCE_OFFSET + 1)`), and a client that sends no claim is matched by
+equality on that source part (never a substring or a LIKE pattern).
+"""
+
+import secrets
+
+CLAIM_TOKEN_HEX_CHARS = 24
+CLAIM_SOURCE_OFFSET = CLAIM_TOKEN_HEX_CHARS + 1  # 0-based index of the source part
+MAX_SOURCE_LENGTH = 200
+MAX_CLAIM_LENGTH = CLAIM_SOURCE_OFFSET + MAX_SOURCE_LENGTH
+
+
+def new_claim(source: str) -> str:
+    """A fresh claim for one dequeue request made by `source`."""
+    return f"{secrets.token_hex(CLAIM_TOKEN_HEX_CHARS // 2)}:{source}"
+
+
+def claim_source(claim: str) -> str:
+    return claim[CLAIM_SOURCE_OFFSET:]

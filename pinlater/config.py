@@ -1,0 +1,389 @@
+"""Typed, frozen configuration: YAML file, then PINLATER_* environment, then command-line flags.
+
+Everything is validated once, before the port is bound, and every problem is reported at once
+with its key path. Nothing else in the code reads raw config keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pinlater.backend import ShardSpec, StorageLimits
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; `problems` lists every offending key with the reason."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
+        self.problems = problems
+
+
+def _range(lo: float | None = None, hi: float | None = None) -> dict:
+    return {"range": (lo, hi)}
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = field(default=9010, metadata=_range(0, 65535))
+    #: largest accepted Thrift frame; checked from the 4-byte header before any allocation
+    max_frame_bytes: int = field(default=16 * 1024 * 1024, metadata=_range(1024, 1 << 30))
+    max_connections: int = field(default=256, metadata=_range(1, 100_000))
+    #: an idle client connection is closed after this long
+    idle_timeout_seconds: float = field(default=300.0, metadata=_range(0.1, 86_400))
+    #: a frame, once started, must arrive completely within this long (slowloris bound)
+    frame_read_timeout_seconds: float = field(default=10.0, metadata=_range(0.1, 3600))
+    #: threads that run requests (the rest of the connections wait for a free one)
+    worker_threads: int = field(default=32, metadata=_range(1, 4096))
+    #: on SIGTERM/SIGINT, in-flight requests get this long to finish
+    shutdown_grace_seconds: float = field(default=10.0, metadata=_range(0, 3600))
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    body_max_bytes: int = field(default=1024 * 1024, metadata=_range(1, 64 * 1024 * 1024))
+    custom_status_max_chars: int = field(default=5000, metadata=_range(1, 1_000_000))
+    max_jobs_per_request: int = field(default=10_000, metadata=_range(1, 1_000_000))
+    max_dequeue_limit: int = field(default=10_000, metadata=_range(1, 1_000_000))
+    max_scan_limit: int = field(default=1000, metadata=_range(1, 1_000_000))
+    #: getJobCount is exact up to this many jobs
+    count_cap: int = field(default=1_000_000, metadata=_range(1, 2**31 - 1))
+    max_attempts: int = field(default=1000, metadata=_range(1, 2**31 - 1))
+    max_queue_name_length: int = field(default=100, metadata=_range(1, 1000))
+    max_source_length: int = field(default=200, metadata=_range(1, 200))
+    max_regex_length: int = field(default=256, metadata=_range(1, 10_000))
+    #: time budget for one body-regex evaluation
+    regex_timeout_seconds: float = field(default=0.05, metadata=_range(0.001, 10))
+    #: a body filter examines at most this many jobs per shard and call
+    regex_scan_cap: int = field(default=100_000, metadata=_range(1, 100_000_000))
+
+
+@dataclass(frozen=True)
+class PrioritiesConfig:
+    levels: int = field(default=3, metadata=_range(1, 100))
+
+
+@dataclass(frozen=True)
+class ShardingConfig:
+    #: tries after the first for retriable shard errors
+    retries: int = field(default=2, metadata=_range(0, 100))
+    #: consecutive failures that mark a shard unhealthy
+    unhealthy_after_failures: int = field(default=3, metadata=_range(1, 1000))
+    #: how often unhealthy shards are probed (and the shard map file is checked)
+    probe_interval_seconds: float = field(default=2.0, metadata=_range(0.05, 3600))
+
+
+@dataclass(frozen=True)
+class JanitorConfig:
+    enabled: bool = True
+    interval_seconds: float = field(default=10.0, metadata=_range(0.01, 86_400))
+    claim_timeout_seconds: float = field(default=600.0, metadata=_range(0.001, 30 * 86_400))
+    succeeded_ttl_seconds: float = field(default=86_400.0, metadata=_range(0, 10 * 365 * 86_400))
+    failed_ttl_seconds: float = field(default=7 * 86_400.0, metadata=_range(0, 10 * 365 * 86_400))
+    batch_size: int = field(default=1000, metadata=_range(1, 1_000_000))
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    kind: str = "sqlite"
+    shards: tuple[ShardSpec, ...] = ()
+    #: backend-specific options (validated by the backend class)
+    options: Mapping[str, Any] = field(default_factory=dict)
+    #: optional YAML file with a `shards:` list, watched and hot-reloaded where supported
+    shard_map_file: str | None = None
+
+
+@dataclass(frozen=True)
+class AdminConfig:
+    #: `pbkdf2_sha256$ITERATIONS$SALT_HEX$HASH_HEX` (see `pinlater hash-password`); unset
+    #: means deleteQueue is refused
+    password_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    host: str = "127.0.0.1"
+    #: 0 disables the metrics endpoint
+    port: int = field(default=9999, metadata=_range(0, 65535))
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig = ServerConfig()
+    backend: BackendConfig = BackendConfig()
+    limits: LimitsConfig = LimitsConfig()
+    priorities: PrioritiesConfig = PrioritiesConfig()
+    sharding: ShardingConfig = ShardingConfig()
+    janitor: JanitorConfig = JanitorConfig()
+    admin: AdminConfig = AdminConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    #: per-queue settings file (rate limits, claim timeouts); None = no per-queue settings
+    queue_config: str | None = None
+    log_level: str = "INFO"
+
+    def storage_limits(self) -> StorageLimits:
+        return StorageLimits(num_priorities=self.priorities.levels,
+                             body_cap=self.limits.body_max_bytes,
+                             status_cap=self.limits.custom_status_max_chars)
+
+
+#: environment variable -> (section, key); applied over the file, under command-line flags
+ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
+    "PINLATER_HOST": ("server", "host"),
+    "PINLATER_PORT": ("server", "port"),
+    "PINLATER_MAX_CONNECTIONS": ("server", "max_connections"),
+    "PINLATER_WORKER_THREADS": ("server", "worker_threads"),
+    "PINLATER_BACKEND": ("backend", "kind"),
+    "PINLATER_DATA_DIR": ("backend", "data_dir"),
+    "PINLATER_SHARD_MAP_FILE": ("backend", "shard_map_file"),
+    "PINLATER_METRICS_PORT": ("metrics", "port"),
+    "PINLATER_ADMIN_PASSWORD_HASH": ("admin", "password_hash"),
+    "PINLATER_QUEUE_CONFIG": (None, "queue_config"),
+    "PINLATER_LOG_LEVEL": (None, "log_level"),
+    "PINLATER_CLAIM_TIMEOUT_SECONDS": ("janitor", "claim_timeout_seconds"),
+}
+
+_SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
+
+
+def load_config(path: str | os.PathLike | None = None, *,
+                env: Mapping[str, str] | None = None,
+                overrides: Mapping[str, Mapping[str, Any] | Any] | None = None) -> Config:
+    """Build the validated Config from an optional YAML file, the environment and overrides.
+
+    `overrides` has the file's shape (e.g. {"server": {"port": 9011}}); used for CLI flags.
+    Raises ConfigError listing every problem.
+    """
+    raw: dict[str, Any] = {}
+    problems: list[str] = []
+    if path is not None:
+        raw = _read_yaml(Path(path), problems)
+    _apply_env(raw, os.environ if env is None else env, problems)
+    for section, values in (overrides or {}).items():
+        if isinstance(values, Mapping):
+            current = raw.get(section)
+            raw[section] = {**(current if isinstance(current, dict) else {}), **values}
+        else:
+            raw[section] = values
+    config = _build_config(raw, problems)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def _read_yaml(path: Path, problems: list[str]) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        problems.append(f"{path}: cannot read: {exc.strerror or exc}")
+        return {}
+    except yaml.YAMLError as exc:
+        problems.append(f"{path}: not valid YAML: {exc}")
+        return {}
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        problems.append(f"{path}: the top level must be a mapping")
+        return {}
+    return data
+
+
+def _apply_env(raw: dict[str, Any], env: Mapping[str, str], problems: list[str]) -> None:
+    for var, (section, key) in ENV_OVERRIDES.items():
+        if var not in env:
+            continue
+        if section is None:
+            raw[key] = env[var]
+            continue
+        target = raw.setdefault(section, {})
+        if not isinstance(target, dict):
+            problems.append(f"{section}: must be a mapping (needed for {var})")
+            continue
+        target[key] = env[var]
+
+
+def _build_config(raw: dict[str, Any], problems: list[str]) -> Config:
+    kwargs: dict[str, Any] = {}
+    for key in raw:
+        if key not in _SECTIONS:
+            problems.append(f"{key}: unknown key (expected one of {', '.join(_SECTIONS)})")
+    for name, cls in _SECTIONS.items():
+        if name not in raw:
+            continue
+        if name == "backend":
+            kwargs[name] = _build_backend(raw[name], problems)
+        elif isinstance(cls, type) and dataclasses.is_dataclass(cls):
+            kwargs[name] = build_section(cls, raw[name], name, problems)
+        else:
+            kwargs[name] = _coerce(raw[name], _hint(Config, name), name, problems, None)
+    config = Config(**kwargs)
+    if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        problems.append(f"log_level: {config.log_level!r} is not a log level")
+    return config
+
+
+def _build_backend(raw: Any, problems: list[str]) -> BackendConfig:
+    from backends import backend_class  # lazy: the registry imports backends on demand
+
+    if not isinstance(raw, dict):
+        problems.append("backend: must be a mapping")
+        return BackendConfig()
+    raw = dict(raw)
+    kind = str(raw.pop("kind", "sqlite"))
+    shard_map_file = raw.pop("shard_map_file", None)
+    shards_raw = raw.pop("shards", None)
+    try:
+        cls = backend_class(kind)
+    except KeyError as exc:
+        problems.append(f"backend.kind: {exc.args[0]}")
+        return BackendConfig()
+    try:
+        options = cls.parse_options(raw, "backend")
+        if shard_map_file is not None:
+            shards_raw = read_shard_map(str(shard_map_file))
+        specs = cls.parse_shards(shards_raw, options, "backend.shards")
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+        return BackendConfig(kind=kind)
+    return BackendConfig(kind=kind, shards=tuple(specs), options=options,
+                         shard_map_file=None if shard_map_file is None else str(shard_map_file))
+
+
+def read_shard_map(path: str) -> Any:
+    """The `shards:` list of a shard map file (raises ConfigError naming the file)."""
+    problems: list[str] = []
+    data = _read_yaml(Path(path), problems)
+    if problems:
+        raise ConfigError(problems)
+    if "shards" not in data:
+        raise ConfigError([f"{path}: missing key 'shards'"])
+    return data["shards"]
+
+
+def build_section(cls: type, raw: Any, path: str, problems: list[str]) -> Any:
+    """Build frozen dataclass `cls` from a mapping, checking types, ranges and unknown keys."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        problems.append(f"{path}: must be a mapping")
+        return cls()
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in known:
+            problems.append(f"{path}.{key}: unknown key (expected one of {', '.join(known)})")
+    kwargs = {}
+    for name, fld in known.items():
+        if name in raw:
+            value = _coerce(raw[name], _hint(cls, name), f"{path}.{name}", problems,
+                            fld.metadata.get("range"))
+            if value is not _INVALID:
+                kwargs[name] = value
+    return cls(**kwargs)
+
+
+_INVALID = object()
+
+
+def _hint(cls: type, name: str) -> Any:
+    return typing.get_type_hints(cls)[name]
+
+
+def _coerce(value: Any, hint: Any, path: str, problems: list[str],
+            bounds: tuple[float | None, float | None] | None) -> Any:
+    """Coerce YAML/env text to the annotated type; append a problem and return _INVALID if not."""
+    optional = isinstance(hint, types.UnionType) and type(None) in hint.__args__
+    base = next((a for a in hint.__args__ if a is not type(None)), str) if optional else hint
+    if value is None or (optional and value == ""):
+        if optional:
+            return None
+        problems.append(f"{path}: must not be empty")
+        return _INVALID
+    try:
+        result = _convert(value, base)
+    except (TypeError, ValueError):
+        problems.append(f"{path}: expected {getattr(base, '__name__', base)}, got {value!r}")
+        return _INVALID
+    if bounds is not None:
+        lo, hi = bounds
+        if (lo is not None and result < lo) or (hi is not None and result > hi):
+            problems.append(f"{path}: {result!r} is outside {lo}..{hi}")
+            return _INVALID
+    return result
+
+
+def _convert(value: Any, base: Any) -> Any:
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "yes", "on", "1"):
+            return True
+        if text in ("false", "no", "off", "0"):
+            return False
+        raise ValueError(value)
+    if base is int:
+        if isinstance(value, bool):
+            raise TypeError(value)
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if not text.isascii() or not text.lstrip("-").isdigit():
+            raise ValueError(value)
+        return int(text)
+    if base is float:
+        if isinstance(value, bool):
+            raise TypeError(value)
+        if isinstance(value, (int, float)):
+            return float(value)
+        text = str(value).strip()
+        if not text.isascii():
+            raise ValueError(value)
+        return float(text)
+    if base is str:
+        if isinstance(value, (dict, list)):
+            raise TypeError(value)
+        return str(value)
+    raise TypeError(f"unsupported config type {base}")
+
+
+def parse_shard_list(spec_cls: type, raw: Any, path: str,
+                     default: list[dict] | None = None) -> list[ShardSpec]:
+    """Build a list of `spec_cls` shard specs from YAML, checking names are valid and unique.
+
+    `default` is used when the list is absent (e.g. one local SQLite shard). Raises ConfigError.
+    """
+    from pinlater.job_descriptor import SHARD_NAME_PATTERN
+    import re
+
+    problems: list[str] = []
+    if raw is None and default is not None:
+        raw = default
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError([f"{path}: must be a non-empty list of shards"])
+    specs = []
+    for i, entry in enumerate(raw):
+        where = f"{path}[{i}]"
+        if isinstance(entry, Mapping) and "name" in entry:
+            entry = {**entry, "name": str(entry["name"])}
+            if not re.fullmatch(SHARD_NAME_PATTERN, entry["name"], re.ASCII):
+                problems.append(f"{where}.name: {entry['name']!r} must be 1-32 ASCII letters "
+                                "or digits")
+        elif isinstance(entry, Mapping):
+            problems.append(f"{where}.name: missing")
+        specs.append(build_section(spec_cls, entry, where, problems))
+    names = [spec.name for spec in specs]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"{path}: shard name {name!r} is used more than once")
+    if problems:
+        raise ConfigError(problems)
+    return specs

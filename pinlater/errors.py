@@ -1,0 +1,108 @@
+"""One error hierarchy, one subclass per wire ErrorCode.
+
+Everything below the Thrift handler raises these; the handler is the single boundary that turns
+them into the wire `PinLaterException` (and anything else into UNKNOWN after logging it).
+"""
+
+from __future__ import annotations
+
+
+class PinLaterError(Exception):
+    """Root of every error the service reports to a client. `code` is the wire ErrorCode value."""
+
+    code = 500
+    name = "UNKNOWN"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.message}"
+
+
+class ContinuationInvalid(PinLaterError):
+    code, name = 400, "CONTINUATION_INVALID"
+
+
+class PasswordInvalid(PinLaterError):
+    code, name = 403, "PASSWORD_INVALID"
+
+
+class QueueNameInvalid(PinLaterError):
+    code, name = 410, "QUEUE_NAME_INVALID"
+
+
+class QueueNameTooLong(PinLaterError):
+    code, name = 411, "QUEUE_NAME_TOO_LONG"
+
+
+class QueueNotFound(PinLaterError):
+    code, name = 413, "QUEUE_NOT_FOUND"
+
+    def __init__(self, queue: str):
+        super().__init__(f"Queue not found: {queue}")
+        self.queue = queue
+
+
+class PriorityNotSupported(PinLaterError):
+    code, name = 416, "PRIORITY_NOT_SUPPORTED"
+
+
+class DequeueRateLimited(PinLaterError):
+    code, name = 429, "DEQUEUE_RATE_LIMITED"
+
+
+class EnqueueRejected(PinLaterError):
+    code, name = 430, "ENQUEUE_REJECTED"
+
+
+class InvalidRequest(PinLaterError):
+    """A request field is malformed outside enqueue input (wire code UNKNOWN, clear message)."""
+
+    code, name = 500, "UNKNOWN"
+
+
+class NoHealthyShards(PinLaterError):
+    code, name = 501, "NO_HEALTHY_SHARDS"
+
+
+class ShardConnectionFailed(PinLaterError):
+    code, name = 502, "SHARD_CONNECTION_FAILED"
+
+
+ERRORS_BY_CODE: dict[int, type[PinLaterError]] = {
+    cls.code: cls
+    for cls in (
+        ContinuationInvalid, PasswordInvalid, QueueNameInvalid, QueueNameTooLong, QueueNotFound,
+        PriorityNotSupported, DequeueRateLimited, EnqueueRejected, PinLaterError,
+        NoHealthyShards, ShardConnectionFailed,
+    )
+}
+
+
+def error_for_code(code: int, message: str) -> PinLaterError:
+    """Rebuild the typed error from a wire (code, message) pair; unknown codes become the root."""
+    cls = ERRORS_BY_CODE.get(code, PinLaterError)
+    err = PinLaterError.__new__(cls)
+    PinLaterError.__init__(err, message)
+    if cls is QueueNotFound:
+        err.queue = message.rsplit(": ", 1)[-1]
+    return err
+
+
+# ---- errors raised by storage shards (never sent to clients as such) ----
+
+
+class ShardError(Exception):
+    """A storage shard failed. `retriable` errors (lost connection, deadlock, lock wait) may be
+    retried by the sharded layer; the others are reported after the first try."""
+
+    def __init__(self, shard: str, message: str, *, retriable: bool = True):
+        super().__init__(f"shard {shard}: {message}")
+        self.shard = shard
+        self.retriable = retriable
+
+
+class StorageFull(Exception):
+    """The storage refused a write for lack of space or memory (Redis noeviction, disk full)."""

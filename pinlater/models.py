@@ -1,0 +1,146 @@
+"""Plain models that cross the storage seam, and the job state machine written down once.
+
+No Thrift types live below the handler: `service.py` converts wire structs to these frozen
+dataclasses and back. Times are epoch milliseconds; bodies are bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class JobState(enum.IntEnum):
+    PENDING = 0
+    IN_PROGRESS = 1
+    SUCCEEDED = 2
+    FAILED = 3
+
+
+# The state machine (semantics.md). Backends implement these rows in SQL/Lua; the conformance
+# suite pins each one. An event whose "from" state does not hold is a no-op, never an error.
+#
+#   event                 from                      to
+#   enqueue               -                         PENDING    allowed = remaining = N
+#   dequeue               PENDING, run_after<=now   IN_PROGRESS new claim; attempts unchanged
+#   ack success           IN_PROGRESS, claim ok     SUCCEEDED  status appended
+#   ack failure           IN_PROGRESS, claim ok     PENDING if remaining > 1 (remaining-1,
+#                                                   run_after = now + max(delay, 0), claim cleared)
+#                                                   else FAILED (remaining = 0)
+#   claim expiry          IN_PROGRESS, updated_at   as ack failure with delay 0 (janitor)
+#                         older than claim timeout
+#   checkpoint            IN_PROGRESS, claim ok     IN_PROGRESS, or PENDING if move_to_pending
+#   retry failed          FAILED                    PENDING    remaining = attempts_to_allow
+#   purge                 SUCCEEDED/FAILED older    deleted    (TTL measured from updated_at)
+#                         than TTL
+TERMINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED)
+
+
+def failure_outcome(attempts_remaining: int) -> tuple[JobState, int]:
+    """State and attempts_remaining after a failed attempt (ack failure or claim expiry)."""
+    if attempts_remaining > 1:
+        return JobState.PENDING, attempts_remaining - 1
+    return JobState.FAILED, 0
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A validated job to enqueue. `run_after_ms` None means "now" by the shard's clock."""
+
+    body: bytes
+    priority: int = 1
+    run_after_ms: int | None = None
+    attempts_allowed: int = 2
+    custom_status: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """Where a job lives: shard name, priority and its local id there."""
+
+    shard: str
+    priority: int
+    local_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DequeuedJob:
+    """A job handed out by a dequeue; `claim` is None for dry runs."""
+
+    priority: int
+    local_id: int
+    body: bytes
+    attempts_allowed: int
+    attempts_remaining: int
+    claim: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """Everything stored about a job, as lookup and scan report it. `body` only when asked."""
+
+    priority: int
+    local_id: int
+    state: JobState
+    attempts_allowed: int
+    attempts_remaining: int
+    custom_status: str
+    created_at_ms: int
+    run_after_ms: int
+    updated_at_ms: int
+    claim: str | None
+    body: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimMatch:
+    """Which claim an ack or checkpoint must hold to apply (fencing, semantics.md "Claims").
+
+    With `claim` set, the job's current claim must equal it exactly. Without it (an original
+    client), the source part of the job's claim must equal `source` exactly.
+    """
+
+    source: str
+    claim: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """One acknowledgement of a dequeued job on a shard."""
+
+    priority: int
+    local_id: int
+    match: ClaimMatch
+    append_status: str = ""
+    retry_delay_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One checkpoint of an in-progress job on a shard."""
+
+    priority: int
+    local_id: int
+    match: ClaimMatch
+    new_body: bytes | None = None
+    move_to_pending: bool = False
+    run_after_ms: int | None = None
+    attempts_allowed: int | None = None
+    prepend_status: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScanBound:
+    """Resume point for a scan on one (shard, priority): return rows strictly after
+    (run_after_ms, local_id) in (run_after DESC, local_id DESC) order."""
+
+    run_after_ms: int
+    local_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimCounts:
+    """What one reclaim step did: jobs sent back to PENDING and jobs moved to FAILED."""
+
+    retried: int = 0
+    failed: int = 0
