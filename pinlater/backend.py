@@ -181,7 +181,14 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def open_shard(self, spec: ShardSpec) -> Shard:
-        """Open (connect) one shard. Must not hang: connect timeouts apply."""
+        """Open one shard. Must neither hang nor fail because the storage is down right now:
+        connect lazily (or tolerate a failed first connect) so a server can start with a dead
+        shard, mark it unhealthy and pick it up when it returns."""
+
+    def queue_name_limit(self, shard_names: Sequence[str]) -> int | None:
+        """The longest queue name this storage can hold with these shards (e.g. MySQL's
+        64-character identifiers minus the prefix), or None when only the config cap applies."""
+        return None
 
     def close(self) -> None:
         """Release anything shared between shards."""

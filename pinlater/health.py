@@ -1,0 +1,43 @@
+"""Shard health: consecutive failures mark a shard unhealthy; a probe brings it back.
+
+Unhealthy shards are skipped for enqueue and dequeue (so a dead shard costs nothing on the hot
+path) and probed in the background. Only storage failures count: "queue not found" and bad
+input never mark a shard down (the original let one client's typo take shards out for 60 s).
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class ShardHealth:
+    """Thread-safe health state of a set of shards, keyed by shard name."""
+
+    def __init__(self, unhealthy_after_failures: int):
+        self._threshold = unhealthy_after_failures
+        self._failures: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def is_healthy(self, shard: str) -> bool:
+        return self._failures.get(shard, 0) < self._threshold
+
+    def record_success(self, shard: str) -> None:
+        if self._failures.get(shard):
+            with self._lock:
+                self._failures[shard] = 0
+
+    def record_failure(self, shard: str) -> None:
+        with self._lock:
+            self._failures[shard] = self._failures.get(shard, 0) + 1
+
+    def mark_unhealthy(self, shard: str) -> None:
+        with self._lock:
+            self._failures[shard] = max(self._failures.get(shard, 0), self._threshold)
+
+    def unhealthy(self) -> list[str]:
+        return [name for name, count in list(self._failures.items())
+                if count >= self._threshold]
+
+    def forget(self, shard: str) -> None:
+        with self._lock:
+            self._failures.pop(shard, None)

@@ -1,0 +1,355 @@
+"""The Thrift handler: one method per RPC — validate, convert to models, call the store, convert
+back. The only module that touches Thrift structs, and the single error boundary: every failure
+leaves as the IDL's PinLaterException (an undeclared exception would make thriftpy2 drop the
+connection without a reply).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import uuid
+from collections.abc import Callable
+
+from pinlater import validation as check
+from pinlater.body_filter import compile_body_filter
+from pinlater.config import Config
+from pinlater.errors import (
+    EnqueueRejected, InvalidRequest, PasswordInvalid, PinLaterError,
+)
+from pinlater.idl import pinlater_thrift as wire
+from pinlater.job_descriptor import JobDescriptor
+from pinlater.models import Ack, Checkpoint, ClaimMatch, JobRecord, NewJob
+from pinlater.passwords import verify_password
+from pinlater.sharded import CONTINUATION_START, ShardedBackend
+
+log = logging.getLogger(__name__)
+
+
+def rpc(method: Callable) -> Callable:
+    """Error boundary for one RPC: PinLaterError -> wire exception; anything else -> logged with
+    a request id and answered as UNKNOWN."""
+
+    @functools.wraps(method)
+    def wrapper(self: PinLaterHandler, context, *args):
+        try:
+            return method(self, context, *args)
+        except PinLaterError as exc:
+            self.observer.on_error(method.__name__, context, exc)
+            raise wire.PinLaterException(errorCode=exc.code, message=exc.message) from None
+        except Exception:
+            request_id = getattr(context, "requestId", None) or uuid.uuid4().hex[:12]
+            log.exception("unexpected error in %s (request id %s)", method.__name__, request_id)
+            raise wire.PinLaterException(
+                errorCode=wire.ErrorCode.UNKNOWN,
+                message=f"internal error in {method.__name__} (request id {request_id}); "
+                        "see the server log") from None
+
+    return wrapper
+
+
+class RequestObserver:
+    """Hooks for rate limiting, metrics and logs; the default does nothing."""
+
+    def before_dequeue(self, queue: str, limit: int) -> None:
+        """Raise DequeueRateLimited to refuse (piggy-backed acks are applied anyway)."""
+
+    def after_dequeue(self, queue: str, handed_out: int) -> None:
+        """Called with the number of jobs a dequeue actually handed out."""
+
+    def on_error(self, method: str, context: object, error: PinLaterError) -> None:
+        """Called for every PinLaterError answered to a client."""
+
+
+class PinLaterHandler:
+    """Implements the PinLater service on a ShardedBackend."""
+
+    def __init__(self, store: ShardedBackend, config: Config,
+                 observer: RequestObserver | None = None):
+        self.store = store
+        self.config = config
+        self.limits = config.limits
+        self.levels = config.priorities.levels
+        self.observer = observer or RequestObserver()
+        backend_cap = store.backend.queue_name_limit(store.shard_names())
+        self.max_queue_name = min(self.limits.max_queue_name_length,
+                                  backend_cap or self.limits.max_queue_name_length)
+
+    # ------------------------------------------------------------ queues
+
+    @rpc
+    def createQueue(self, context, name):
+        self._source(context)
+        self.store.create_queue(self._queue(name, "name"))
+
+    @rpc
+    def deleteQueue(self, context, name, password):
+        self._source(context)
+        queue = self._queue(name, "name")
+        stored = self.config.admin.password_hash
+        given = check.text(password, "password", default="")
+        if not stored or not verify_password(given, stored):
+            raise PasswordInvalid("Invalid admin password." if stored else
+                                  "Invalid admin password: deleteQueue is disabled until "
+                                  "admin.password_hash is configured")
+        self.store.delete_queue(queue)
+
+    @rpc
+    def getQueueNames(self, context):
+        self._source(context)
+        return self.store.queue_names()
+
+    # ------------------------------------------------------------ jobs
+
+    @rpc
+    def enqueueJobs(self, context, request):
+        self._source(context)
+        check.request_present(request)
+        queue = self._queue(request.queueName)
+        jobs = self._list(request.jobs, "jobs", EnqueueRejected)
+        if not jobs:
+            raise EnqueueRejected("jobs: must hold at least one job")
+        new_jobs = [self._new_job(job, f"jobs[{i}]") for i, job in enumerate(jobs)]
+        descriptors = self.store.enqueue(queue, new_jobs)
+        return wire.PinLaterEnqueueResponse(jobDescriptors=[str(d) for d in descriptors])
+
+    @rpc
+    def dequeueJobs(self, context, request):
+        source = self._source(context)
+        check.request_present(request)
+        queue = self._queue(request.queueName)
+        limit = check.limit(request.limit, self.limits.max_dequeue_limit)
+        dry_run = check.flag(request.dryRun, "dryRun")
+        coverage = self._coverage(request.coverage)
+        acks = None
+        if request.jobAckRequest is not None:
+            acks = self._ack_request(request.jobAckRequest, source, "jobAckRequest")
+        try:
+            self.observer.before_dequeue(queue, limit)
+        finally:
+            if acks is not None:  # applied even when the dequeue is refused
+                self.store.ack(*acks)
+        jobs = self.store.dequeue(queue, limit, source, dry_run=dry_run, coverage=coverage)
+        self.observer.after_dequeue(queue, len(jobs))
+        response = wire.PinLaterDequeueResponse()
+        if jobs:
+            response.jobs = {str(d): job.body for d, job in jobs}
+            response.jobMetadata = {
+                str(d): wire.PinLaterDequeueMetadata(
+                    attemptsAllowed=job.attempts_allowed,
+                    attemptsRemaining=job.attempts_remaining,
+                    claimDescriptor=job.claim)
+                for d, job in jobs}
+        return response
+
+    @rpc
+    def ackDequeuedJobs(self, context, request):
+        source = self._source(context)
+        self.store.ack(*self._ack_request(request, source, "request"))
+
+    @rpc
+    def checkpointJobs(self, context, request):
+        source = self._source(context)
+        check.request_present(request)
+        queue = self._queue(request.queueName)
+        items = self._list(request.requests, "requests")
+        checkpoints = [self._checkpoint(queue, item, source, f"requests[{i}]")
+                       for i, item in enumerate(items)]
+        self.store.checkpoint(queue, checkpoints)
+
+    @rpc
+    def lookupJobs(self, context, request):
+        self._source(context)
+        check.request_present(request)
+        texts = self._list(request.jobDescriptors, "jobDescriptors")
+        wanted: dict[JobDescriptor, str] = {}
+        for i, text in enumerate(texts):
+            wanted[self._descriptor(text, f"jobDescriptors[{i}]")] = text
+        include_body = check.flag(request.includeBody, "includeBody")
+        found = self.store.lookup(list(wanted), include_body)
+        return {wanted[d]: _job_info(wanted[d], record) for d, record in found.items()}
+
+    @rpc
+    def getJobCount(self, context, request):
+        self._source(context)
+        check.request_present(request)
+        return self.store.count(
+            self._queue(request.queueName), check.job_state(request.jobState),
+            check.optional_priority(request.priority, self.levels),
+            check.flag(request.countFutureJobs, "countFutureJobs"),
+            min(self.limits.count_cap, check.I32_MAX), self._body_filter(request.bodyRegexToMatch))
+
+    @rpc
+    def scanJobs(self, context, request):
+        self._source(context)
+        check.request_present(request)
+        queue = self._queue(request.queueName)
+        continuation = check.text(request.continuation, "continuation",
+                                  default=CONTINUATION_START)
+        limit = check.limit(100 if request.limit is None else request.limit,
+                            self.limits.max_scan_limit)
+        rows, next_token = self.store.scan(
+            queue, check.job_state(request.jobState),
+            check.optional_priority(request.priority, self.levels),
+            check.flag(request.scanFutureJobs, "scanFutureJobs"), continuation, limit,
+            self._body_filter(request.bodyRegexToMatch))
+        return wire.PinLaterScanJobsResponse(
+            scannedJobs=[_job_info(str(d), record) for d, record in rows],
+            continuation=next_token)
+
+    @rpc
+    def retryFailedJobs(self, context, request):
+        self._source(context)
+        check.request_present(request)
+        return self.store.retry_failed(
+            self._queue(request.queueName),
+            check.priority(1 if request.priority is None else request.priority, self.levels),
+            check.attempts(1 if request.attemptsToAllow is None else request.attemptsToAllow,
+                           self.limits.max_attempts, "attemptsToAllow"),
+            check.timestamp_ms(request.runAfterTimestampMillis, "runAfterTimestampMillis"),
+            check.limit(1000 if request.limit is None else request.limit,
+                        self.limits.max_jobs_per_request))
+
+    @rpc
+    def deleteJobs(self, context, request):
+        self._source(context)
+        check.request_present(request)
+        return self.store.delete_jobs(
+            self._queue(request.queueName), check.job_state(request.jobState),
+            check.priority(1 if request.priority is None else request.priority, self.levels),
+            check.limit(1000 if request.limit is None else request.limit,
+                        self.limits.max_jobs_per_request),
+            self._body_filter(request.bodyRegexToMatch))
+
+    # ------------------------------------------------------------ conversions
+
+    def _source(self, context) -> str:
+        return check.source(context, self.limits.max_source_length)
+
+    def _queue(self, name, field: str = "queueName") -> str:
+        return check.queue_name(name, self.max_queue_name, field)
+
+    def _list(self, value, field: str, error: type[PinLaterError] = InvalidRequest) -> list:
+        if value is None:
+            raise error(f"{field}: is required")
+        if not isinstance(value, list):
+            raise error(f"{field}: must be a list")
+        if len(value) > self.limits.max_jobs_per_request:
+            raise error(f"{field}: {len(value)} entries is over the maximum of "
+                        f"{self.limits.max_jobs_per_request} per request")
+        return value
+
+    def _descriptor(self, text, field: str, queue: str | None = None) -> JobDescriptor:
+        descriptor = JobDescriptor.parse(text, field)
+        self._queue(descriptor.queue, field)
+        check.priority(descriptor.priority, self.levels, field)
+        if queue is not None and descriptor.queue != queue:
+            raise InvalidRequest(f"{field}: job {text!r} belongs to queue "
+                                 f"{descriptor.queue!r}, not {queue!r}")
+        return descriptor
+
+    def _new_job(self, job, field: str) -> NewJob:
+        if job is None:
+            raise EnqueueRejected(f"{field}: is empty")
+        body = job.body
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        if not isinstance(body, bytes):
+            raise EnqueueRejected(f"{field}.body: is required")
+        if len(body) > self.limits.body_max_bytes:
+            raise EnqueueRejected(f"{field}.body: {len(body)} bytes is over the maximum of "
+                                  f"{self.limits.body_max_bytes}")
+        priority = check.priority(1 if job.priority is None else job.priority, self.levels,
+                                  f"{field}.priority")
+        attempts = check.attempts(2 if job.numAttemptsAllowed is None else job.numAttemptsAllowed,
+                                  self.limits.max_attempts, f"{field}.numAttemptsAllowed",
+                                  EnqueueRejected)
+        run_after = check.timestamp_ms(job.runAfterTimestampMillis,
+                                       f"{field}.runAfterTimestampMillis", EnqueueRejected)
+        status = check.text(job.customStatus, f"{field}.customStatus", EnqueueRejected,
+                            default="")
+        return NewJob(body=body, priority=priority, run_after_ms=run_after,
+                      attempts_allowed=attempts,
+                      custom_status=status[:self.limits.custom_status_max_chars])
+
+    def _ack_request(self, request, source: str, field: str):
+        check.request_present(request, field)
+        queue = self._queue(request.queueName, f"{field}.queueName")
+        succeeded = self._acks(queue, request.jobsSucceeded, source, f"{field}.jobsSucceeded")
+        failed = self._acks(queue, request.jobsFailed, source, f"{field}.jobsFailed")
+        return queue, succeeded, failed
+
+    def _acks(self, queue: str, infos, source: str, field: str) -> list[tuple[str, Ack]]:
+        if infos is None:
+            return []
+        acks = []
+        for i, info in enumerate(self._list(infos, field)):
+            where = f"{field}[{i}]"
+            if info is None:
+                raise InvalidRequest(f"{where}: is empty")
+            d = self._descriptor(info.jobDescriptor, f"{where}.jobDescriptor", queue)
+            acks.append((d.shard, Ack(
+                priority=d.priority, local_id=d.local_id,
+                match=self._claim_match(info.claimDescriptor, source, where),
+                append_status=check.text(info.appendCustomStatus, f"{where}.appendCustomStatus",
+                                         default=""),
+                retry_delay_ms=check.delay_ms(info.retryDelayMillis, f"{where}.retryDelayMillis"),
+            )))
+        return acks
+
+    def _checkpoint(self, queue: str, item, source: str, where: str) -> tuple[str, Checkpoint]:
+        if item is None:
+            raise InvalidRequest(f"{where}: is empty")
+        d = self._descriptor(item.jobDescriptor, f"{where}.jobDescriptor", queue)
+        new_body = item.newBody
+        if isinstance(new_body, str):
+            new_body = new_body.encode("utf-8")
+        if new_body is not None and len(new_body) > self.limits.body_max_bytes:
+            raise InvalidRequest(f"{where}.newBody: {len(new_body)} bytes is over the maximum "
+                                 f"of {self.limits.body_max_bytes}")
+        attempts = item.numOfAttemptsAllowed
+        return d.shard, Checkpoint(
+            priority=d.priority, local_id=d.local_id,
+            match=self._claim_match(item.claimDescriptor, source, where),
+            new_body=new_body,
+            move_to_pending=check.flag(item.moveToPending, f"{where}.moveToPending"),
+            run_after_ms=check.timestamp_ms(item.runAfterTimestampMillis,
+                                            f"{where}.runAfterTimestampMillis"),
+            attempts_allowed=None if attempts is None else check.attempts(
+                attempts, self.limits.max_attempts, f"{where}.numOfAttemptsAllowed"),
+            prepend_status=check.text(item.prependCustomStatus, f"{where}.prependCustomStatus"),
+        )
+
+    @staticmethod
+    def _claim_match(claim, source: str, where: str) -> ClaimMatch:
+        return ClaimMatch(source=source,
+                          claim=check.text(claim, f"{where}.claimDescriptor") or None)
+
+    @staticmethod
+    def _coverage(value) -> float:
+        if value is None:
+            return 1.0
+        if (not isinstance(value, (int, float)) or isinstance(value, bool)
+                or math.isnan(value) or not 0 < value <= 1):
+            raise InvalidRequest(f"coverage: must be in (0, 1], got {value!r}")
+        return float(value)
+
+    def _body_filter(self, pattern):
+        return compile_body_filter(pattern, max_length=self.limits.max_regex_length,
+                                   timeout_seconds=self.limits.regex_timeout_seconds)
+
+
+def _job_info(descriptor: str, record: JobRecord):
+    info = wire.PinLaterJobInfo(
+        jobDescriptor=descriptor, jobState=int(record.state),
+        attemptsAllowed=record.attempts_allowed, attemptsRemaining=record.attempts_remaining,
+        customStatus=record.custom_status, createdAtTimestampMillis=record.created_at_ms,
+        runAfterTimestampMillis=record.run_after_ms,
+        updatedAtTimestampMillis=record.updated_at_ms)
+    if record.claim is not None:
+        info.claimDescriptor = record.claim
+    if record.body is not None:
+        info.body = record.body
+    return info
+

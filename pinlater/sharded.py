@@ -1,0 +1,379 @@
+"""ShardedBackend: everything common above the per-shard primitives, written once.
+
+Shard choice for enqueue, priority order across shards for dequeue, fan-out and merge for
+count/scan/lookup, retry/delete across shards, descriptors, retries of retriable storage errors,
+health (skip unhealthy shards for enqueue/dequeue, probe them back) and hot reload of the shard
+map. Inputs are already validated by the service layer; outputs are plain models.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pinlater.backend import Backend, BodyFilter, Shard, ShardSpec
+from pinlater.claims import new_claim
+from pinlater.errors import (
+    ContinuationInvalid, EnqueueRejected, InvalidRequest, NoHealthyShards, QueueNotFound,
+    ShardConnectionFailed, ShardError, StorageFull,
+)
+from pinlater.health import ShardHealth
+from pinlater.job_descriptor import MAX_LOCAL_ID, JobDescriptor
+from pinlater.models import (
+    Ack, Checkpoint, DequeuedJob, JobRecord, JobState, NewJob, ScanBound,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+CONTINUATION_START = "0"
+CONTINUATION_END = "-1"
+_CONTINUATION = re.compile(r"(\d{1,16}):([A-Za-z0-9]{1,32}):(\d{1,3}):(\d{1,19})", re.ASCII)
+
+
+@dataclass(frozen=True)
+class _ShardSet:
+    """An immutable snapshot of the open shards; replaced whole on reload."""
+
+    shards: dict[str, Shard]
+    specs: dict[str, ShardSpec]
+
+
+class ShardedBackend:
+    """The storage as the service sees it: one logical queue store over N shards."""
+
+    def __init__(self, backend: Backend, specs: Sequence[ShardSpec], *, num_priorities: int,
+                 retries: int = 2, unhealthy_after_failures: int = 3,
+                 rng: random.Random | None = None):
+        self.backend = backend
+        self.num_priorities = num_priorities
+        self._retries = retries
+        self.health = ShardHealth(unhealthy_after_failures)
+        self._rng = rng or random.Random()
+        self._reload_lock = threading.Lock()
+        self._set = _ShardSet({s.name: backend.open_shard(s) for s in specs},
+                              {s.name: s for s in specs})
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="shard-fanout")
+
+    # ---------------------------------------------------------------- shard set
+
+    def shard_names(self) -> list[str]:
+        return list(self._set.specs)
+
+    def shard_specs(self) -> list[ShardSpec]:
+        return list(self._set.specs.values())
+
+    def shard(self, name: str) -> Shard:
+        try:
+            return self._set.shards[name]
+        except KeyError:
+            raise InvalidRequest(f"job descriptor names unknown shard {name!r}") from None
+
+    def enqueue_candidates(self) -> list[str]:
+        """Shards that may take enqueues now: healthy and not dequeue_only."""
+        return [name for name, spec in self._set.specs.items()
+                if not spec.dequeue_only and self.health.is_healthy(name)]
+
+    def reload(self, specs: Sequence[ShardSpec]) -> None:
+        """Switch to a new shard map without a restart: reuse shards whose connection settings
+        are unchanged (only dequeue_only may differ), open new ones, create every known queue on
+        them, then close the removed ones. Raises (keeping the old map) if a new shard fails."""
+        with self._reload_lock:
+            old = self._set
+            queues = self.queue_names() if old.shards else set()
+            shards: dict[str, Shard] = {}
+            opened: list[Shard] = []
+            try:
+                for spec in specs:
+                    current = old.specs.get(spec.name)
+                    if current is not None and current.connection_key() == spec.connection_key():
+                        shards[spec.name] = old.shards[spec.name]
+                        continue
+                    shard = self.backend.open_shard(spec)
+                    opened.append(shard)
+                    shards[spec.name] = shard
+                    for queue in sorted(queues):
+                        shard.create_queue(queue)
+            except Exception:
+                for shard in opened:
+                    shard.close()
+                raise
+            self._set = _ShardSet(shards, {s.name: s for s in specs})
+            for name, shard in old.shards.items():
+                if shards.get(name) is not shard:
+                    self.health.forget(name)
+                    shard.close()
+            log.info("shard map reloaded: %s", ", ".join(
+                f"{s.name}{' (dequeue_only)' if s.dequeue_only else ''}" for s in specs))
+
+    def probe_unhealthy(self) -> list[str]:
+        """Ping every unhealthy shard once; return the names that came back."""
+        recovered = []
+        for name in self.health.unhealthy():
+            shard = self._set.shards.get(name)
+            if shard is None:
+                self.health.forget(name)
+                continue
+            try:
+                shard.ping()
+            except Exception as exc:  # any failure keeps it down
+                log.debug("shard %s still unhealthy: %s", name, exc)
+                continue
+            self.health.record_success(name)
+            recovered.append(name)
+            log.warning("shard %s is healthy again", name)
+        return recovered
+
+    def shift_clock(self, delta_ms: int) -> None:
+        """Move every shard's clock (tests and drills; the storage clock stays authoritative)."""
+        for shard in self._set.shards.values():
+            shard.clock_offset_ms += delta_ms
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for shard in self._set.shards.values():
+            shard.close()
+        self.backend.close()
+
+    # ---------------------------------------------------------------- calls
+
+    def call(self, name: str, op: Callable[[Shard], T], *, retries: int | None = None) -> T:
+        """Run `op` on shard `name`, retrying retriable storage errors; record health.
+        Raises ShardConnectionFailed when the tries are used up."""
+        tries = 1 + (self._retries if retries is None else retries)
+        last: ShardError | None = None
+        for attempt in range(tries):
+            shard = self.shard(name)  # looked up per try: a reload may have replaced it
+            try:
+                result = op(shard)
+            except ShardError as exc:
+                last = exc
+                self.health.record_failure(name)
+                if not exc.retriable or not self.health.is_healthy(name):
+                    break
+                if attempt + 1 < tries:
+                    time.sleep(0.005 * (2 ** attempt))
+                continue
+            self.health.record_success(name)
+            return result
+        raise ShardConnectionFailed(f"shard {name} failed: {last}")
+
+    def _fan_out(self, names: Iterable[str], op: Callable[[Shard], T]) -> dict[str, T]:
+        """Run `op` on each shard (in parallel when there are several); first error wins."""
+        names = list(names)
+        if len(names) <= 1:
+            return {name: self.call(name, op) for name in names}
+        futures = {name: self._pool.submit(self.call, name, op) for name in names}
+        return {name: future.result() for name, future in futures.items()}
+
+    # ---------------------------------------------------------------- queues
+
+    def create_queue(self, queue: str) -> None:
+        self._fan_out(self.shard_names(), lambda s: s.create_queue(queue))
+
+    def delete_queue(self, queue: str) -> None:
+        self._fan_out(self.shard_names(), lambda s: s.delete_queue(queue))
+
+    def queue_names(self) -> set[str]:
+        """Queues on any shard (a queue exists on all shards unless a create was interrupted,
+        which the client's retry of createQueue repairs)."""
+        names: set[str] = set()
+        for found in self._fan_out(self.shard_names(), lambda s: s.queue_names()).values():
+            names |= found
+        return names
+
+    # ---------------------------------------------------------------- jobs
+
+    def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[JobDescriptor]:
+        """Store the whole batch in one transaction on one random healthy enqueue shard; on a
+        storage failure try another shard (up to `retries` more tries). All or nothing."""
+        tried: set[str] = set()
+        last: ShardConnectionFailed | None = None
+        for _ in range(1 + self._retries):
+            candidates = self.enqueue_candidates()
+            if not candidates:
+                break
+            name = self._rng.choice([n for n in candidates if n not in tried] or candidates)
+            try:
+                ids = self.call(name, lambda s: s.enqueue(queue, jobs), retries=0)
+            except ShardConnectionFailed as exc:
+                tried.add(name)
+                last = exc
+                continue
+            except StorageFull as exc:
+                raise EnqueueRejected(f"shard {name} refused the jobs: {exc}") from None
+            return [JobDescriptor(queue, name, job.priority, local_id)
+                    for job, local_id in zip(jobs, ids)]
+        if last is not None:
+            raise last
+        raise NoHealthyShards("Unable to find healthy shard: no shard accepts enqueues (all are "
+                              "unhealthy or dequeue_only)")
+
+    def dequeue(self, queue: str, limit: int, source: str, *, dry_run: bool = False,
+                coverage: float = 1.0) -> list[tuple[JobDescriptor, DequeuedJob]]:
+        """Claim up to `limit` jobs: priority 1 on every examined shard first, then 2, ...;
+        shards in random order, each asked for all jobs still needed. A shard that fails after
+        others already handed out jobs is skipped (those jobs are delivered, not orphaned)."""
+        names = self.shard_names()
+        self._rng.shuffle(names)
+        names = names[:max(1, int(len(names) * coverage + 0.5))]
+        healthy = [n for n in names if self.health.is_healthy(n)]
+        if not healthy:
+            raise NoHealthyShards(f"no healthy shard to dequeue from (examined {names})")
+        claim = None if dry_run else new_claim(source)
+        got: list[tuple[JobDescriptor, DequeuedJob]] = []
+        missing: set[str] = set()
+        failure: ShardConnectionFailed | None = None
+        for priority in range(1, self.num_priorities + 1):
+            for name in healthy:
+                need = limit - len(got)
+                if need <= 0:
+                    return got
+                if name in missing:
+                    continue
+                try:
+                    jobs = self.call(name, lambda s: s.dequeue(queue, priority, need, claim))
+                except QueueNotFound:
+                    missing.add(name)
+                    continue
+                except ShardConnectionFailed as exc:
+                    failure = exc
+                    continue
+                got.extend((JobDescriptor(queue, name, job.priority, job.local_id), job)
+                           for job in jobs)
+            if len(missing) == len(healthy):
+                raise QueueNotFound(queue)
+        if not got and failure is not None and not any(
+                self.health.is_healthy(n) for n in healthy):
+            raise failure
+        return got
+
+    def ack(self, queue: str, succeeded: Sequence[tuple[str, Ack]],
+            failed: Sequence[tuple[str, Ack]]) -> int:
+        """Apply acks grouped per shard (one call each); returns how many applied."""
+        by_shard: dict[str, tuple[list[Ack], list[Ack]]] = defaultdict(lambda: ([], []))
+        for name, ack in succeeded:
+            self.shard(name)
+            by_shard[name][0].append(ack)
+        for name, ack in failed:
+            self.shard(name)
+            by_shard[name][1].append(ack)
+        applied = self._fan_out(by_shard, lambda s: s.ack(queue, *by_shard[s.name]))
+        return sum(applied.values())
+
+    def checkpoint(self, queue: str, checkpoints: Sequence[tuple[str, Checkpoint]]) -> int:
+        by_shard: dict[str, list[Checkpoint]] = defaultdict(list)
+        for name, checkpoint in checkpoints:
+            self.shard(name)
+            by_shard[name].append(checkpoint)
+        applied = self._fan_out(by_shard, lambda s: s.checkpoint(queue, by_shard[s.name]))
+        return sum(applied.values())
+
+    def lookup(self, descriptors: Sequence[JobDescriptor],
+               include_body: bool) -> dict[JobDescriptor, JobRecord]:
+        """Records of the jobs that exist, keyed by descriptor; one call per (queue, shard)."""
+        groups: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+        for d in descriptors:
+            self.shard(d.shard)
+            groups[(d.queue, d.shard)].append((d.priority, d.local_id))
+        found: dict[JobDescriptor, JobRecord] = {}
+        for (queue, name), refs in groups.items():
+            for record in self.call(name, lambda s: s.lookup(queue, refs, include_body)):
+                found[JobDescriptor(queue, name, record.priority, record.local_id)] = record
+        return found
+
+    def count(self, queue: str, state: JobState, priority: int | None, future: bool,
+              cap: int, body_filter: BodyFilter | None) -> int:
+        priorities = self._priorities(priority)
+        counts = self._fan_out(self.shard_names(), lambda s: s.count(
+            queue, state, priorities, future, cap, body_filter))
+        return min(sum(counts.values()), cap)
+
+    def scan(self, queue: str, state: JobState, priority: int | None, future: bool,
+             continuation: str, limit: int, body_filter: BodyFilter | None,
+             ) -> tuple[list[tuple[JobDescriptor, JobRecord]], str]:
+        """A page of jobs, newest run_after first, merged across shards, and the continuation
+        for the next page (CONTINUATION_END when there is none)."""
+        if continuation == CONTINUATION_END:
+            return [], CONTINUATION_END
+        cursor = _parse_continuation(continuation)
+        priorities = self._priorities(priority)
+        pages = self._fan_out(self.shard_names(), lambda s: s.scan(
+            queue, state, {p: _bound(cursor, s.name, p) for p in priorities}, future, limit,
+            body_filter))
+        rows = [(name, record) for name, records in pages.items() for record in records]
+        rows.sort(key=lambda row: _scan_key(row[0], row[1]))
+        page_full = any(
+            sum(1 for r in records if r.priority == p) >= limit
+            for records in pages.values() for p in priorities)
+        more = len(rows) > limit or page_full
+        rows = rows[:limit]
+        result = [(JobDescriptor(queue, name, r.priority, r.local_id), r) for name, r in rows]
+        if not more or not rows:
+            return result, CONTINUATION_END
+        name, last = rows[-1]
+        return result, f"{last.run_after_ms}:{name}:{last.priority}:{last.local_id}"
+
+    def retry_failed(self, queue: str, priority: int, attempts: int, run_after_ms: int | None,
+                     limit: int) -> int:
+        return self._sequential(lambda s, left: s.retry_failed(
+            queue, priority, attempts, run_after_ms, left), limit)
+
+    def delete_jobs(self, queue: str, state: JobState, priority: int, limit: int,
+                    body_filter: BodyFilter | None) -> int:
+        return self._sequential(lambda s, left: s.delete_jobs(
+            queue, state, priority, left, body_filter), limit)
+
+    # ---------------------------------------------------------------- helpers
+
+    def _sequential(self, op: Callable[[Shard, int], int], limit: int) -> int:
+        """Run `op` shard by shard in random order with the limit still left."""
+        names = self.shard_names()
+        self._rng.shuffle(names)
+        left = limit
+        for name in names:
+            if left <= 0:
+                break
+            left -= self.call(name, lambda s: op(s, left))
+        return limit - left
+
+    def _priorities(self, priority: int | None) -> list[int]:
+        return [priority] if priority is not None else list(range(1, self.num_priorities + 1))
+
+
+def _parse_continuation(token: str) -> tuple[int, str, int, int] | None:
+    if token == CONTINUATION_START:
+        return None
+    match = _CONTINUATION.fullmatch(token) if isinstance(token, str) else None
+    if match is None:
+        raise ContinuationInvalid(f"continuation {token!r} is not one this server issued; "
+                                  f"start with {CONTINUATION_START!r}")
+    run_after, shard, priority, local_id = match.groups()
+    return int(run_after), shard, int(priority), int(local_id)
+
+
+def _scan_key(shard: str, record: JobRecord) -> tuple:
+    """Total order of scan results: newest run_after first, then shard, priority, newest id."""
+    return (-record.run_after_ms, shard, record.priority, -record.local_id)
+
+
+def _bound(cursor: tuple[int, str, int, int] | None, shard: str,
+           priority: int) -> ScanBound | None:
+    """The per-(shard, priority) resume point equivalent to "after `cursor` in _scan_key order"."""
+    if cursor is None:
+        return None
+    run_after, c_shard, c_priority, c_id = cursor
+    if (shard, priority) == (c_shard, c_priority):
+        return ScanBound(run_after, c_id)
+    after = (shard, priority) > (c_shard, c_priority)
+    return ScanBound(run_after, MAX_LOCAL_ID if after else 0)
+
+
