@@ -1,0 +1,76 @@
+-- Dialect-neutral job queries shared by SQLite and MySQL (backends/sql_base.py runs them).
+-- Tables: {table} = one job table (one queue, one priority), columns:
+--   local_id, state (0 PENDING, 1 IN_PROGRESS, 2 SUCCEEDED, 3 FAILED), claim, attempts_allowed,
+--   attempts_remaining, custom_status, created_at, updated_at, run_after (epoch ms), body.
+-- Parameters are written `:name` and converted to the dialect's style when loaded; `{ids}`
+-- expands to a list of bound id parameters. A dialect file may override any query by name.
+
+-- name: enqueue_insert
+-- Store one new PENDING job (run with executemany; ids are read back by the dialect).
+INSERT INTO {table}
+    (state, claim, attempts_allowed, attempts_remaining, custom_status,
+     created_at, updated_at, run_after, body)
+VALUES (0, NULL, :attempts, :attempts, :status, :now, :now, :run_after, :body)
+
+-- name: claim_by_ids
+-- Move the PENDING jobs just selected by dequeue_select to IN_PROGRESS under one claim.
+UPDATE {table}
+SET state = 1, claim = :claim, updated_at = :now
+WHERE local_id IN ({ids}) AND state = 0
+
+-- name: lookup_by_ids
+-- Full records of the given jobs; the body only when :with_body is 1.
+SELECT local_id, state, attempts_allowed, attempts_remaining, custom_status,
+       created_at, run_after, updated_at, claim,
+       CASE WHEN :with_body = 1 THEN body END AS body
+FROM {table}
+WHERE local_id IN ({ids})
+
+-- name: count_current
+-- Jobs in :state with run_after <= :now, counted exactly up to :cap.
+SELECT COUNT(*) FROM (
+    SELECT 1 FROM {table} WHERE state = :state AND run_after <= :now LIMIT :cap
+) AS capped
+
+-- name: count_future
+-- Jobs in :state with run_after > :now, counted exactly up to :cap.
+SELECT COUNT(*) FROM (
+    SELECT 1 FROM {table} WHERE state = :state AND run_after > :now LIMIT :cap
+) AS capped
+
+-- name: scan_current
+-- One page of jobs in :state with run_after <= :now strictly after the bound
+-- (:ra, :id) in (run_after DESC, local_id DESC) order; the body only when :with_body is 1.
+SELECT local_id, state, attempts_allowed, attempts_remaining, custom_status,
+       created_at, run_after, updated_at, claim,
+       CASE WHEN :with_body = 1 THEN body END AS body
+FROM {table}
+WHERE state = :state AND run_after <= :now
+  AND run_after <= :ra AND (run_after < :ra OR local_id < :id)
+ORDER BY run_after DESC, local_id DESC
+LIMIT :limit
+
+-- name: scan_future
+-- As scan_current, for jobs with run_after > :now.
+SELECT local_id, state, attempts_allowed, attempts_remaining, custom_status,
+       created_at, run_after, updated_at, claim,
+       CASE WHEN :with_body = 1 THEN body END AS body
+FROM {table}
+WHERE state = :state AND run_after > :now
+  AND run_after <= :ra AND (run_after < :ra OR local_id < :id)
+ORDER BY run_after DESC, local_id DESC
+LIMIT :limit
+
+-- name: page_by_state
+-- One page of (local_id, body) of jobs in :state after local id :after, oldest id first
+-- (deleteJobs with a body filter examines these in Python).
+SELECT local_id, body
+FROM {table}
+WHERE state = :state AND local_id > :after
+ORDER BY local_id
+LIMIT :limit
+
+-- name: delete_by_ids
+-- Delete the given jobs if they are still in :state.
+DELETE FROM {table}
+WHERE local_id IN ({ids}) AND state = :state

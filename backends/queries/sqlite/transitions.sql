@@ -1,0 +1,93 @@
+-- SQLite state transitions on one job table {table} (see the column list in common/jobs.sql).
+-- Each transition is one guarded statement: the expected state (and claim) is in the WHERE
+-- clause, so a transition whose guard does not hold changes nothing. :now is the shard clock in
+-- epoch ms, read once per primitive call. Status truncation keeps the newest :cap characters.
+-- SET clauses never read a column assigned earlier in the same clause (MySQL evaluates SET
+-- left to right; keeping attempts_remaining last keeps a port of these statements correct).
+
+-- name: dequeue_select
+-- Eligible PENDING jobs, oldest run_after first then by id (claimed next by claim_by_ids).
+SELECT local_id, body, attempts_allowed, attempts_remaining
+FROM {table}
+WHERE state = 0 AND run_after <= :now
+ORDER BY run_after, local_id
+LIMIT :limit
+
+-- name: ack_success
+-- IN_PROGRESS with a matching claim -> SUCCEEDED; append status; the claim stays for lookups.
+UPDATE {table}
+SET state = 2,
+    custom_status = substr(custom_status || :status, -:cap),
+    updated_at = :now
+WHERE local_id = :id AND state = 1
+  AND (claim = :claim OR (:claim IS NULL AND substr(claim, :source_pos) = :source))
+
+-- name: ack_failure
+-- IN_PROGRESS with a matching claim -> PENDING (one attempt used, run_after = :now + :delay,
+-- claim cleared) when more than one attempt remains, else FAILED with none; append status.
+UPDATE {table}
+SET state = CASE WHEN attempts_remaining > 1 THEN 0 ELSE 3 END,
+    run_after = CASE WHEN attempts_remaining > 1 THEN :now + :delay ELSE run_after END,
+    claim = CASE WHEN attempts_remaining > 1 THEN NULL ELSE claim END,
+    custom_status = substr(custom_status || :status, -:cap),
+    updated_at = :now,
+    attempts_remaining = CASE WHEN attempts_remaining > 1 THEN attempts_remaining - 1 ELSE 0 END
+WHERE local_id = :id AND state = 1
+  AND (claim = :claim OR (:claim IS NULL AND substr(claim, :source_pos) = :source))
+
+-- name: checkpoint
+-- IN_PROGRESS with a matching claim: new state (:state 1 stays, 0 moves to PENDING and clears
+-- the claim), run_after, optional body and attempts, prepended status; updated_at = :now.
+UPDATE {table}
+SET state = :state,
+    run_after = COALESCE(:run_after, :now),
+    body = COALESCE(:body, body),
+    attempts_allowed = COALESCE(:attempts, attempts_allowed),
+    custom_status = substr(:status || custom_status, 1, :cap),
+    claim = CASE WHEN :state = 0 THEN NULL ELSE claim END,
+    updated_at = :now,
+    attempts_remaining = COALESCE(:attempts, attempts_remaining)
+WHERE local_id = :id AND state = 1
+  AND (claim = :claim OR (:claim IS NULL AND substr(claim, :source_pos) = :source))
+
+-- name: retry_failed
+-- Up to :limit FAILED jobs, oldest run_after first, back to PENDING with :remaining attempts.
+UPDATE {table}
+SET state = 0, run_after = COALESCE(:run_after, :now), claim = NULL, updated_at = :now,
+    attempts_remaining = :remaining
+WHERE state = 3 AND local_id IN (
+    SELECT local_id FROM {table} WHERE state = 3 ORDER BY run_after, local_id LIMIT :limit)
+
+-- name: reclaim_fail
+-- Up to :limit expired IN_PROGRESS jobs (updated_at < :cutoff) with one attempt or fewer left
+-- -> FAILED with none left.
+UPDATE {table}
+SET state = 3, updated_at = :now, attempts_remaining = 0
+WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining <= 1 AND local_id IN (
+    SELECT local_id FROM {table}
+    WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining <= 1
+    ORDER BY updated_at LIMIT :limit)
+
+-- name: reclaim_retry
+-- Up to :limit expired IN_PROGRESS jobs with attempts left -> PENDING now, one attempt used,
+-- claim cleared.
+UPDATE {table}
+SET state = 0, run_after = :now, claim = NULL, updated_at = :now,
+    attempts_remaining = attempts_remaining - 1
+WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining > 1 AND local_id IN (
+    SELECT local_id FROM {table}
+    WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining > 1
+    ORDER BY updated_at LIMIT :limit)
+
+-- name: purge
+-- Delete up to :limit jobs in terminal :state last updated before :cutoff.
+DELETE FROM {table}
+WHERE state = :state AND updated_at < :cutoff AND local_id IN (
+    SELECT local_id FROM {table}
+    WHERE state = :state AND updated_at < :cutoff ORDER BY updated_at LIMIT :limit)
+
+-- name: delete_by_state
+-- Delete up to :limit jobs in :state, oldest id first.
+DELETE FROM {table}
+WHERE state = :state AND local_id IN (
+    SELECT local_id FROM {table} WHERE state = :state ORDER BY local_id LIMIT :limit)

@@ -1,0 +1,281 @@
+"""The embedded SQLite backend: zero setup, one database file per shard.
+
+Layout (queries in `queries/sqlite/schema.sql`): a `queues` registry (name -> queue_id, the name
+compared byte-wise) and one job table `q<queue_id>_p<priority>` per queue and priority. Table
+names use the numeric id because SQLite identifiers are case-insensitive while queue names are
+not ("Foo" and "foo" are two queues); AUTOINCREMENT means neither queue ids nor local ids are
+ever reused, so a stale id can never address a newer queue's jobs.
+
+The queue id is resolved inside every transaction (an indexed lookup costing microseconds)
+instead of being cached: deleteQueue followed by createQueue, possibly from another server
+process on the same file, then cannot leave anyone with a stale id.
+
+Concurrency: a small pool of connections (one per concurrently running thread, reused),
+autocommit mode with explicit `BEGIN IMMEDIATE` for writes (the writer lock is taken up front, so
+no deadlock-prone lock upgrades) and `BEGIN` for consistent reads; WAL lets readers run beside
+the writer. SQLite has no server clock: `now_ms` is this process's injectable clock.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from backends.sql_base import QueryBook, SQLDialect, SQLShard
+from pinlater.backend import Backend, ShardSpec, StorageLimits
+from pinlater.config import ConfigError, parse_shard_list
+from pinlater.errors import QueueNotFound, ShardError, StorageFull
+
+SQLITE = SQLDialect(name="sqlite", param_format=":{}", quote_char='"')
+SYNCHRONOUS_MODES = ("FULL", "NORMAL")
+DEFAULT_OPTIONS = {"data_dir": "./pinlater-data", "synchronous": "FULL",
+                   "busy_timeout_ms": 5000, "clock": time.time}
+#: idle connections kept per shard (more are opened under load and closed when released)
+MAX_IDLE_CONNECTIONS = 16
+_RETRIABLE = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_CANTOPEN")
+
+
+@dataclass(frozen=True, slots=True)
+class SQLiteShardSpec(ShardSpec):
+    """A shard's file is `<data_dir>/shard-<name>.db` unless `path` overrides it (a relative
+    path is taken from data_dir)."""
+
+    path: str | None = None
+
+
+class SQLiteBackend(Backend):
+    kind = "sqlite"
+    supports_shard_reload = True  # opening and closing a shard is just opening a file
+    uses_storage_clock = False  # no server: the clock is this process's (injectable)
+
+    def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
+        super().__init__({**DEFAULT_OPTIONS, **options}, limits)
+
+    @classmethod
+    def parse_options(cls, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
+        problems = [f"{path}.{key}: unknown key (expected one of {', '.join(DEFAULT_OPTIONS)})"
+                    for key in raw if key not in DEFAULT_OPTIONS]
+        options = {**DEFAULT_OPTIONS, **{k: v for k, v in raw.items() if k in DEFAULT_OPTIONS}}
+        if not isinstance(options["data_dir"], str) or not options["data_dir"].strip():
+            problems.append(f"{path}.data_dir: must be a non-empty path")
+        mode = str(options["synchronous"]).upper()
+        if mode not in SYNCHRONOUS_MODES:
+            problems.append(f"{path}.synchronous: {options['synchronous']!r} is not one of "
+                            f"{', '.join(SYNCHRONOUS_MODES)}")
+        options["synchronous"] = mode
+        timeout = options["busy_timeout_ms"]
+        if isinstance(timeout, str) and timeout.isascii() and timeout.isdigit():
+            timeout = options["busy_timeout_ms"] = int(timeout)
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 <= timeout <= 600_000:
+            problems.append(f"{path}.busy_timeout_ms: expected an integer in 0..600000, "
+                            f"got {timeout!r}")
+        if not callable(options["clock"]):
+            problems.append(f"{path}.clock: must be a callable returning epoch seconds")
+        if problems:
+            raise ConfigError(problems)
+        return options
+
+    @classmethod
+    def parse_shards(cls, raw: Any, options: Mapping[str, Any], path: str) -> list[ShardSpec]:
+        specs = parse_shard_list(SQLiteShardSpec, raw, path, default=[{"name": "1"}])
+        data_dir = options.get("data_dir", DEFAULT_OPTIONS["data_dir"])
+        files = [shard_file(data_dir, spec) for spec in specs]  # type: ignore[arg-type]
+        problems = [f"{path}[{i}].path: {files[i]} is used by another shard"
+                    for i in range(len(files)) if files[i] in files[:i]]
+        if problems:
+            raise ConfigError(problems)
+        return specs
+
+    def open_shard(self, spec: ShardSpec) -> SQLiteShard:
+        assert isinstance(spec, SQLiteShardSpec), spec
+        return SQLiteShard(spec, self.limits, shard_file(self.options["data_dir"], spec),
+                           synchronous=self.options["synchronous"],
+                           busy_timeout_ms=self.options["busy_timeout_ms"],
+                           clock=self.options["clock"])
+
+
+def shard_file(data_dir: str, spec: SQLiteShardSpec) -> Path:
+    return (Path(data_dir) / (spec.path or f"shard-{spec.name}.db")).resolve()
+
+
+class SQLiteShard(SQLShard):
+    dialect = SQLITE
+    queries = QueryBook(SQLITE)
+
+    def __init__(self, spec: ShardSpec, limits: StorageLimits, path: Path, *,
+                 synchronous: str = "FULL", busy_timeout_ms: int = 5000,
+                 clock: Callable[[], float] = time.time):
+        super().__init__(spec, limits)
+        self.path = path
+        self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self._clock = clock
+        self._idle: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ShardError(self.name, f"cannot create {path.parent}: {exc}") from exc
+        with self._connection() as conn:
+            self._guarded(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+        with self._write() as cur:
+            cur.execute(self.queries.render("create_registry"))
+            for queue_id in {qid for qid, _ in cur.execute(self.queries.render("queue_list"))}:
+                self._create_tables(cur, queue_id)  # priority levels added since creation
+
+    # ---- clock ----
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000) + self.clock_offset_ms
+
+    # ---- connections and transactions ----
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                               timeout=self.busy_timeout_ms / 1000, cached_statements=512)
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+        return conn
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """A pooled connection; one that saw a storage error is closed instead of reused."""
+        with self._lock:
+            if self._closed:
+                raise ShardError(self.name, "shard is closed", retriable=False)
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self._guarded(self._connect)
+        try:
+            yield conn
+        except (sqlite3.Error, ShardError, StorageFull):
+            conn.close()
+            raise
+        except BaseException:
+            self._give_back(conn)
+            raise
+        self._give_back(conn)
+
+    def _give_back(self, conn: sqlite3.Connection) -> None:
+        with self._lock:
+            if self._closed or len(self._idle) >= MAX_IDLE_CONNECTIONS:
+                conn.close()
+            else:
+                self._idle.append(conn)
+
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Cursor]:
+        """One transaction: committed when the block succeeds, else rolled back; sqlite3 errors
+        leave as ShardError/StorageFull, anything else (QueueNotFound, a filter's error)
+        unchanged."""
+        with self._connection() as conn:
+            cur = conn.cursor()
+            try:
+                cur.execute(begin)
+                yield cur
+                cur.execute("COMMIT")
+            except sqlite3.Error as exc:
+                _rollback(conn)
+                raise self._translate(exc) from exc
+            except BaseException:
+                _rollback(conn)
+                raise
+
+    def _write(self):
+        return self._transaction("BEGIN IMMEDIATE")
+
+    def _read(self):
+        return self._transaction("BEGIN")
+
+    def _guarded(self, action: Callable[[], Any]) -> Any:
+        try:
+            return action()
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from exc
+
+    def _translate(self, exc: sqlite3.Error) -> Exception:
+        code = getattr(exc, "sqlite_errorname", "") or ""
+        if code.startswith("SQLITE_FULL"):
+            return StorageFull(f"shard {self.name}: {exc}")
+        return ShardError(self.name, f"{code or type(exc).__name__}: {exc}",
+                          retriable=code.startswith(_RETRIABLE))
+
+    # ---- SQLShard hooks ----
+    def _job_table(self, cur: Any, queue: str, priority: int) -> tuple[str, ...]:
+        return (f"q{self._queue_id(cur, queue)}_p{int(priority)}",)
+
+    def _queue_id(self, cur: sqlite3.Cursor, queue: str) -> int:
+        row = cur.execute(self.queries.render("queue_id"), {"name": queue}).fetchone()
+        if row is None:
+            raise QueueNotFound(queue)
+        return row[0]
+
+    def _insert_jobs(self, cur: Any, sql: str, rows: list[dict[str, Any]]) -> list[int]:
+        # Under the write lock AUTOINCREMENT hands out consecutive ids (max(seq, max id) + 1
+        # each), so the batch's ids end at last_insert_rowid().
+        cur.executemany(sql, rows)
+        last = cur.execute("SELECT last_insert_rowid()").fetchone()[0]
+        return list(range(last - len(rows) + 1, last + 1))
+
+    # ---- queues ----
+    def create_queue(self, queue: str) -> None:
+        with self._write() as cur:
+            cur.execute(self.queries.render("queue_insert"), {"name": queue, "now": self.now_ms()})
+            self._create_tables(cur, self._queue_id(cur, queue))
+
+    def _create_tables(self, cur: sqlite3.Cursor, queue_id: int) -> None:
+        for priority in range(1, self.limits.num_priorities + 1):
+            table = f"q{queue_id}_p{priority}"
+            cur.execute(self.queries.render("create_job_table", table=(table,)))
+            for name, suffix in (("create_dequeue_index", "ready"),
+                                 ("create_updated_index", "updated")):
+                cur.execute(self.queries.render(name, table=(table,),
+                                                index=(f"{table}_{suffix}",)))
+
+    def delete_queue(self, queue: str) -> None:
+        with self._write() as cur:
+            row = cur.execute(self.queries.render("queue_id"), {"name": queue}).fetchone()
+            if row is None:
+                return
+            own = re.compile(rf"q{row[0]}_p[0-9]+", re.ASCII)
+            tables = [name for (name,) in cur.execute(self.queries.render("job_tables"))
+                      if own.fullmatch(name)]
+            for table in tables:
+                cur.execute(self.queries.render("drop_job_table", table=(table,)))
+            cur.execute(self.queries.render("queue_delete"), {"name": queue})
+
+    def queue_names(self) -> set[str]:
+        with self._read() as cur:
+            return {name for _, name in cur.execute(self.queries.render("queue_list"))}
+
+    # ---- health ----
+    def ping(self) -> None:
+        with self._read() as cur:
+            cur.execute("SELECT 1").fetchone()
+
+    def durability_warnings(self) -> list[str]:
+        if self.synchronous != "FULL":
+            return [f"shard {self.name}: synchronous={self.synchronous} may lose the last "
+                    "committed jobs on a power failure (use FULL)"]
+        return []
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        try:
+            conn.rollback()
+        except sqlite3.Error:
+            pass  # the connection is being discarded with the original error
