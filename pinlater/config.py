@@ -153,7 +153,7 @@ ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
     "PINLATER_CLAIM_TIMEOUT_SECONDS": ("janitor", "claim_timeout_seconds"),
 }
 
-_SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
+_SECTIONS = typing.get_type_hints(Config)
 
 
 def load_config(path: str | os.PathLike | None = None, *,

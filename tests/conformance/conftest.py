@@ -1,0 +1,76 @@
+"""The conformance suite's fixtures: one `api` per test, parametrized over every backend.
+
+Each backend kind's storage comes from tests/support/<kind>_env.py (throwaway servers for Redis
+and MariaDB); one App per kind serves the whole session and every test works on its own fresh
+queues, which are deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+
+import pytest
+
+from pinlater.app import App
+from pinlater.config import load_config
+from pinlater.passwords import hash_password
+from tests.conformance.api import ADMIN_PASSWORD, Api
+from tests.conformance.wire import loopback_client
+
+# flavour -> (support module, context-manager factory name)
+FLAVOURS = {
+    "sqlite": ("tests.support.sqlite_env", "start"),
+    "sqlite_sharded": ("tests.support.sqlite_env", "start_sharded"),
+    "mysql": ("tests.support.mysql_env", "start"),
+    "redis": ("tests.support.redis_env", "start"),
+}
+
+
+def _available_flavours() -> list[str]:
+    found = []
+    for flavour, (module, _) in FLAVOURS.items():
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError:
+            continue
+        found.append(flavour)
+    return found
+
+
+def pytest_generate_tests(metafunc):
+    if "flavour" in metafunc.fixturenames:
+        metafunc.parametrize("flavour", _available_flavours(), scope="session")
+
+
+@pytest.fixture(scope="session")
+def conformance_app(flavour, tmp_path_factory):
+    module, factory = FLAVOURS[flavour]
+    start = getattr(importlib.import_module(module), factory)
+    with contextlib.ExitStack() as stack:
+        env = stack.enter_context(start(tmp_path_factory.mktemp(flavour)))
+        config = load_config(env=_no_env(), overrides={
+            "backend": env.backend_section(),
+            "admin": {"password_hash": hash_password(ADMIN_PASSWORD, iterations=1000)},
+            "janitor": {"enabled": False},
+        })
+        app = App(config)
+        stack.callback(app.close)
+        yield app
+
+
+def _no_env() -> dict:
+    return {}
+
+
+@pytest.fixture
+def api(conformance_app):
+    api = Api(loopback_client(conformance_app.handler), conformance_app)
+    yield api
+    for queue in api.created:
+        conformance_app.store.delete_queue(queue)
+
+
+@pytest.fixture
+def queue(api) -> str:
+    return api.new_queue()

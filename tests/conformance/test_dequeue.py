@@ -1,0 +1,127 @@
+"""dequeueJobs: eligibility, order, claims, metadata, dry runs, coverage and limits."""
+
+import pytest
+
+from pinlater.idl import ErrorCode as E
+from tests.conformance.api import WORKER
+
+
+def test_dequeue_claims_jobs_and_moves_them_in_progress(api, queue):
+    ds = api.enqueue(queue, b"a", b"b")
+    before = api.job(ds[0]).updatedAtTimestampMillis
+    api.advance(10)
+    response = api.dequeue(queue, 10)
+    assert sorted(response.jobs) == sorted(ds)
+    for d in ds:
+        info = api.job(d)
+        assert info.jobState == 1
+        assert info.claimDescriptor == response.jobMetadata[d].claimDescriptor
+        assert info.claimDescriptor.endswith(":" + WORKER)
+        assert info.updatedAtTimestampMillis > before
+        assert (info.attemptsAllowed, info.attemptsRemaining) == (2, 2)
+    assert api.dequeue(queue, 10).jobs is None
+
+
+def test_metadata_reports_stored_attempts(api, queue):
+    [d] = api.enqueue(queue, {"body": b"x", "numAttemptsAllowed": 3})
+    meta = api.dequeue(queue, 1).jobMetadata[d]
+    assert (meta.attemptsAllowed, meta.attemptsRemaining) == (3, 3)
+    api.ack(queue, failed=[d])
+    meta = api.dequeue(queue, 1, dryRun=True).jobMetadata[d]
+    assert (meta.attemptsAllowed, meta.attemptsRemaining) == (3, 2)
+    assert api.dequeue(queue, 1).jobMetadata[d].attemptsRemaining == 2
+
+
+def test_empty_result_leaves_both_maps_unset(api, queue):
+    response = api.dequeue(queue, 5)
+    assert response.jobs is None and response.jobMetadata is None
+
+
+def test_future_jobs_are_not_dequeued_until_their_time(api, queue):
+    [d] = api.enqueue(queue, {"body": b"later", "runAfterTimestampMillis": api.now() + 60_000})
+    assert api.dequeue_ids(queue) == []
+    api.advance(61_000)
+    assert api.dequeue_ids(queue) == [d]
+
+
+def test_higher_priority_first_across_the_batch(api, queue):
+    p3, p2, p1 = api.enqueue(queue, {"body": b"3", "priority": 3},
+                             {"body": b"2", "priority": 2}, {"body": b"1", "priority": 1})
+    assert api.dequeue_ids(queue, 1) == [p1]
+    assert api.dequeue_ids(queue, 1) == [p2]
+    assert api.dequeue_ids(queue, 1) == [p3]
+
+
+def test_within_a_priority_oldest_run_after_first(api, queue):
+    now = api.now()
+    late, early, middle = api.enqueue(
+        queue, {"body": b"l", "runAfterTimestampMillis": now - 1_000},
+        {"body": b"e", "runAfterTimestampMillis": now - 3_000},
+        {"body": b"m", "runAfterTimestampMillis": now - 2_000})
+    got = [api.dequeue_ids(queue, 1)[0] for _ in range(3)]
+    assert got == [early, middle, late]
+
+
+def test_dequeue_hands_out_at_most_limit_jobs(api, queue):
+    api.enqueue(queue, *[b"x"] * 7)
+    assert len(api.dequeue_ids(queue, 3)) == 3
+    assert len(api.dequeue_ids(queue, 10)) == 4
+
+
+def test_dry_run_returns_jobs_without_claiming_them(api, queue):
+    [d] = api.enqueue(queue, b"peek")
+    response = api.dequeue(queue, 5, dryRun=True)
+    assert response.jobs == {d: b"peek"}
+    assert response.jobMetadata[d].claimDescriptor is None
+    info = api.job(d)
+    assert info.jobState == 0 and info.claimDescriptor is None
+    assert api.dequeue_ids(queue) == [d]
+
+
+def test_coverage_still_finds_jobs_with_one_shard_examined(api, queue):
+    api.enqueue(queue, *[b"x"] * 3)
+    total = 0
+    for _ in range(40):
+        total += len(api.dequeue_ids(queue, 10, coverage=0.01))
+        if total == 3:
+            break
+    assert total == 3
+
+
+@pytest.mark.parametrize("coverage", [0.0, -0.5, 1.5, float("nan")])
+def test_coverage_outside_zero_to_one_is_rejected(api, queue, coverage):
+    with api.raises(E.UNKNOWN, match="coverage"):
+        api.dequeue(queue, 1, coverage=coverage)
+
+
+@pytest.mark.parametrize("limit", [0, -1])
+def test_limit_must_be_positive(api, queue, limit):
+    with api.raises(E.UNKNOWN, match="limit"):
+        api.dequeue(queue, limit)
+
+
+def test_limit_over_the_cap_is_rejected(api, queue):
+    with api.raises(E.UNKNOWN, match="limit"):
+        api.dequeue(queue, api.app.config.limits.max_dequeue_limit + 1)
+
+
+def test_piggybacked_acks_apply_before_the_dequeue(api, queue):
+    ds = api.enqueue(queue, *[b"x"] * 5)
+    first = api.dequeue_ids(queue, 2)
+    second = api.dequeue(queue, 2, ack=api.ack_request(queue, succeeded=first))
+    assert len(second.jobs) == 2
+    assert api.count(queue, 2) == 2
+    third = api.dequeue(queue, 2, ack=api.ack_request(queue, succeeded=list(second.jobs)))
+    assert len(third.jobs) == 1
+    api.dequeue(queue, 2, ack=api.ack_request(queue, succeeded=list(third.jobs)))
+    assert api.count(queue, 2) == 5 and len(ds) == 5
+
+
+def test_job_failed_in_the_same_request_returns_only_after_its_delay(api, queue):
+    [d] = api.enqueue(queue, {"body": b"x", "numAttemptsAllowed": 3})
+    api.dequeue(queue, 1)
+    again = api.dequeue(queue, 1, ack=api.ack_request(queue, failed=[d]))
+    assert list(again.jobs) == [d]
+    delayed = api.ack_request(queue, failed=[(d, {"retryDelayMillis": 60_000})])
+    assert api.dequeue(queue, 1, ack=delayed).jobs is None
+    assert api.state(d) == 0

@@ -1,0 +1,94 @@
+"""createQueue / deleteQueue / getQueueNames and queue-name validation."""
+
+import pytest
+
+from pinlater.idl import ErrorCode as E
+from tests.conformance.api import ADMIN_PASSWORD
+
+
+def test_created_queue_is_listed(api, queue):
+    assert queue in api.queue_names()
+
+
+def test_create_queue_is_idempotent_and_keeps_jobs(api, queue):
+    [d] = api.enqueue(queue, b"kept")
+    api.create(queue)
+    assert api.job(d).body == b"kept"
+
+
+def test_delete_queue_removes_it_and_every_job(api, queue):
+    pending, running, done = api.enqueue(queue, b"a", b"b", b"c")
+    api.dequeue(queue, 2)
+    api.delete_queue(queue)
+    assert queue not in api.queue_names()
+    with api.raises(E.QUEUE_NOT_FOUND):
+        api.lookup([pending, running, done])
+
+
+def test_delete_queue_twice_is_fine(api, queue):
+    api.delete_queue(queue)
+    api.delete_queue(queue)
+
+
+def test_recreated_queue_starts_empty(api, queue):
+    api.enqueue(queue, b"old")
+    api.delete_queue(queue)
+    api.create(queue)
+    assert api.count(queue, 0) == 0
+
+
+def test_delete_queue_with_wrong_password_is_refused_and_keeps_queue(api, queue):
+    with api.raises(E.PASSWORD_INVALID):
+        api.delete_queue(queue, password="wrong")
+    with api.raises(E.PASSWORD_INVALID):
+        api.delete_queue(queue, password=ADMIN_PASSWORD + "x")
+    assert queue in api.queue_names()
+
+
+@pytest.mark.parametrize("name", [
+    "", "has space", "dash-name", "colon:name", "ｑｕｅｕｅ", "queue\n", "naïve", "a.b", "*",
+    "x" * 3 + "\x00",
+])
+def test_invalid_queue_names_are_rejected(api, name):
+    with api.raises(E.QUEUE_NAME_INVALID):
+        api.create(name)
+
+
+def test_non_text_queue_name_is_rejected(api):
+    with api.raises(E.QUEUE_NAME_INVALID):
+        api.client.createQueue(api.ctx(), None)
+
+
+def test_too_long_queue_name_is_rejected_up_front(api):
+    with api.raises(E.QUEUE_NAME_TOO_LONG):
+        api.create("q" * 300)
+    assert not any(n.startswith("qqqq") for n in api.queue_names())
+
+
+def test_mixed_case_queue_names_are_distinct(api):
+    lower = api.new_queue("case")
+    upper = lower.upper()
+    api.create(upper)
+    api.enqueue(lower, b"lower")
+    assert api.count(upper, 0) == 0
+    assert api.count(lower, 0) == 1
+
+
+@pytest.mark.parametrize("call", ["enqueue", "dequeue", "ack", "checkpoint", "lookup", "count",
+                                  "scan", "retry", "delete"])
+def test_every_call_on_an_unknown_queue_answers_queue_not_found(api, call):
+    q = "never_created_queue_x9"
+    d = f"{q}:s{api.store.shard_names()[0]}:p1:1"
+    calls = {
+        "enqueue": lambda: api.enqueue(q, b"x"),
+        "dequeue": lambda: api.dequeue(q, 1),
+        "ack": lambda: api.ack(q, succeeded=[d]),
+        "checkpoint": lambda: api.checkpoint(q, d),
+        "lookup": lambda: api.lookup([d]),
+        "count": lambda: api.count(q, 0),
+        "scan": lambda: api.scan(q, 0),
+        "retry": lambda: api.retry_failed(q),
+        "delete": lambda: api.delete_jobs(q, 0),
+    }
+    with api.raises(E.QUEUE_NOT_FOUND, match=q):
+        calls[call]()

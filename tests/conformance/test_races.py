@@ -1,0 +1,50 @@
+"""Concurrency: several dequeuers claim every job exactly once; acks racing the janitor never
+double-move a job."""
+
+import threading
+from collections import Counter
+
+
+def test_concurrent_dequeuers_claim_each_job_exactly_once(api, queue):
+    total = 600
+    for start in range(0, total, 200):
+        api.enqueue(queue, *[f"job{i}".encode() for i in range(start, start + 200)])
+    got: list[str] = []
+    lock = threading.Lock()
+    errors = []
+
+    def worker(n):
+        try:
+            for _ in range(200):
+                ids = list((api.dequeue(queue, 7, source=f"w:{n}").jobs or {}).keys())
+                if not ids:
+                    return
+                with lock:
+                    got.extend(ids)
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    counts = Counter(got)
+    assert len(counts) == total and max(counts.values()) == 1
+    assert api.count(queue, 1) == total
+
+
+def test_acks_racing_the_janitor_never_double_move_a_job(api, queue):
+    ds = api.enqueue(queue, *[{"body": b"x", "numAttemptsAllowed": 3}] * 200)
+    claims = {d: m.claimDescriptor for d, m in api.dequeue(queue, 200).jobMetadata.items()}
+    api.advance(61_000)
+    acker = threading.Thread(target=lambda: [
+        api.ack(queue, failed=[(d, {"claimDescriptor": claims[d]})]) for d in ds])
+    acker.start()
+    api.janitor(claim_timeout_seconds=60, batch_size=10)
+    acker.join(60)
+    api.janitor(claim_timeout_seconds=60)
+    for info in api.lookup(ds).values():
+        assert info.jobState == 0
+        assert info.attemptsRemaining == 2, "one failure charged exactly once"
