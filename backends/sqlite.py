@@ -120,16 +120,43 @@ class SQLiteShard(SQLShard):
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._ready = False
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ShardError(self.name, f"cannot create {path.parent}: {exc}") from exc
-        with self._connection() as conn:
-            self._guarded(lambda: conn.execute("PRAGMA journal_mode=WAL"))
-        with self._write() as cur:
+            self._prepare()
+        except ShardError:
+            pass  # an unusable file must not stop the server: retried on first use (ping)
+
+    def _prepare(self) -> None:
+        """Create the directory, switch the file to WAL, create the registry and any job tables
+        of priority levels configured since a queue was created. Idempotent, run once."""
+        with self._lock:
+            if self._ready:
+                return
+            if self._closed:
+                raise ShardError(self.name, "shard is closed", retriable=False)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ShardError(self.name, f"cannot create {self.path.parent}: {exc}") from exc
+            conn = self._guarded(self._connect)
+            try:
+                self._guarded(lambda: self._migrate(conn))
+            finally:
+                conn.close()
+            self._ready = True
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA journal_mode=WAL")
+        cur = conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
             cur.execute(self.queries.render("create_registry"))
             for queue_id in {qid for qid, _ in cur.execute(self.queries.render("queue_list"))}:
-                self._create_tables(cur, queue_id)  # priority levels added since creation
+                self._create_tables(cur, queue_id)
+            cur.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
 
     # ---- clock ----
     def now_ms(self) -> int:
@@ -146,6 +173,8 @@ class SQLiteShard(SQLShard):
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
         """A pooled connection; one that saw a storage error is closed instead of reused."""
+        if not self._ready:
+            self._prepare()
         with self._lock:
             if self._closed:
                 raise ShardError(self.name, "shard is closed", retriable=False)
