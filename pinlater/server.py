@@ -1,0 +1,151 @@
+"""`pinlater-server`: load and validate the config, bind the port, build the App, serve.
+
+    pinlater-server [--config FILE] [--host H] [--port N] [--data-dir DIR] [--log-level L]
+
+Flags override PINLATER_* environment variables, which override the file. With no arguments it
+serves the embedded SQLite backend from ./pinlater-data/ on 127.0.0.1:9010.
+
+Exit codes: 0 after a graceful shutdown (SIGTERM/SIGINT) in which every in-flight request
+finished; 1 if the port cannot be bound, the App cannot be built, or the shutdown grace period
+ran out with requests still running; 2 for an invalid configuration (reported before binding).
+A second SIGTERM/SIGINT during shutdown exits at once with 128 + the signal number.
+
+The start log line has the form `pinlater-server listening on HOST:PORT (...)`; with --port 0 it
+carries the port actually chosen (tests rely on this).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+from pinlater.config import Config, ConfigError, load_config
+from pinlater.server_loop import Server
+from pinlater.transport import Dispatcher
+
+log = logging.getLogger("pinlater.server")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="pinlater-server",
+                                     description="PinLater job queue Thrift server")
+    parser.add_argument("--config", metavar="FILE", help="YAML config file")
+    parser.add_argument("--host", help="address to listen on (server.host)")
+    parser.add_argument("--port", type=int, help="port to listen on; 0 picks a free port")
+    parser.add_argument("--data-dir", help="SQLite data directory (backend.data_dir)")
+    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
+    return parser.parse_args(argv)
+
+
+def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Command-line flags in the config file's shape (for load_config's `overrides`)."""
+    overrides: dict[str, Any] = {}
+    server = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    if server:
+        overrides["server"] = server
+    if args.data_dir is not None:
+        overrides["backend"] = {"data_dir": args.data_dir}
+    if args.log_level is not None:
+        overrides["log_level"] = args.log_level
+    return overrides
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket. SO_REUSEADDR (restart over TIME_WAIT) but never SO_REUSEPORT,
+    so a second server on the same port fails here instead of silently sharing it."""
+    family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                               flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def describe(config: Config, app: Any, address: tuple[str, int]) -> str:
+    """The one start line: address, backend kind, shards, data dir."""
+    shards = ", ".join(app.store.shard_names()) if hasattr(app, "store") else "?"
+    parts = [f"backend {config.backend.kind}", f"shards [{shards}]"]
+    data_dir = config.backend.options.get("data_dir")
+    if data_dir is not None:
+        parts.append(f"data dir {os.path.abspath(data_dir)}")
+    parts.append(f"max {config.server.max_connections} connections, "
+                 f"{config.server.worker_threads} workers")
+    return f"pinlater-server listening on {address[0]}:{address[1]} ({', '.join(parts)})"
+
+
+def install_signal_handlers(server: Server) -> None:
+    """First SIGTERM/SIGINT: graceful shutdown. Second: exit immediately."""
+    def handle(signum: int, _frame: object) -> None:
+        if server.stopping:
+            os.write(2, b"pinlater-server: second signal, exiting immediately\n")
+            os._exit(128 + signum)
+        log.info("received %s, shutting down (grace %.1fs)", signal.Signals(signum).name,
+                 server.settings.shutdown_grace_seconds)
+        server.request_shutdown()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=(args.log_level or "INFO").upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args.config, overrides=flag_overrides(args))
+    except ConfigError as exc:
+        print("pinlater-server: invalid configuration:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 2
+    logging.getLogger().setLevel(config.log_level.upper())
+    try:
+        sock = bind(config.server.host, config.server.port)
+    except OSError as exc:
+        why = ("address already in use (is another server running on this port?)"
+               if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc))
+        print(f"pinlater-server: cannot listen on {config.server.host}:{config.server.port}: "
+              f"{why}", file=sys.stderr)
+        return 1
+    return run(config, sock)
+
+
+def run(config: Config, sock: socket.socket) -> int:
+    """Build the App on an already bound socket, serve until a signal, then close the App."""
+    from pinlater.app import App  # imported late: config errors are reported without it
+    from pinlater.idl import PinLater
+
+    app = None
+    try:
+        app = App(config)
+        app.start_background()
+    except Exception:  # noqa: BLE001 - report any start failure and exit non-zero
+        log.exception("pinlater-server: cannot start")
+        if app is not None:
+            app.close()
+        sock.close()
+        return 1
+    server = Server(sock, config.server, Dispatcher(PinLater, app.handler))
+    install_signal_handlers(server)
+    log.info("%s", describe(config, app, server.address))
+    try:
+        drained = server.serve_forever()
+    finally:
+        app.close()
+    log.info("pinlater-server stopped%s", "" if drained else " (requests abandoned)")
+    return 0 if drained else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
