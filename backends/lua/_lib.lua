@@ -1,0 +1,140 @@
+-- Shared helpers, prepended (after the shebang line) to every script in this directory by
+-- backends/redis_scripts.py. Not an operation of its own. Key layout: backends/redis_keys.py.
+-- Tokens in double underscores are replaced with Python constants at load time.
+--
+-- Numbers: Lua 5.1 numbers are doubles; ids and ms times stay exact below 2^53 and are always
+-- written with string.format('%d'), never by concatenating a number ('1e+14' otherwise).
+
+local PL_CLAIM_SOURCE_OFFSET = __CLAIM_SOURCE_OFFSET__
+local PL_RA_OFFSET = __RA_OFFSET__      -- added to run_after so index members sort as text
+local PL_RA_MIN = __RA_MIN__            -- run_after values saturate to [PL_RA_MIN, PL_RA_MAX]
+local PL_RA_MAX = __RA_MAX__
+local PL_MAX_ID = __MAX_ID__            -- largest local id a Lua double holds exactly
+
+-- Redis's clock in epoch ms plus the shard's clock offset (ARGV, moved by tests/operators).
+local function pl_now(offset)
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(offset)
+end
+
+local function pl_int(n)
+  return string.format('%d', n)
+end
+
+local function pl_clamp_ra(ra)
+  if ra < PL_RA_MIN then return PL_RA_MIN end
+  if ra > PL_RA_MAX then return PL_RA_MAX end
+  return ra
+end
+
+-- run_after as fixed-width text: index members '<16 digits>:<19-digit id>' sort by
+-- (run_after, id) as plain bytes, so ZRANGEBYLEX gives exact cursors and ranges.
+local function pl_ra_text(ra)
+  return string.format('%016d', ra + PL_RA_OFFSET)
+end
+
+local function pl_member(ra, id19)
+  return pl_ra_text(ra) .. ':' .. id19
+end
+
+local function pl_member_id(member)
+  return string.sub(member, 18)
+end
+
+local function pl_prio_prefix(qprefix, prio)
+  return qprefix .. ':p' .. prio
+end
+
+local function pl_job_key(qprefix, prio, id19)
+  return qprefix .. ':p' .. prio .. ':j:' .. id19
+end
+
+local function pl_ra_index(qprefix, prio, state)
+  return qprefix .. ':p' .. prio .. ':ra' .. state
+end
+
+local function pl_ua_index(qprefix, prio, state)
+  return qprefix .. ':p' .. prio .. ':ua' .. state
+end
+
+local function pl_queue_exists(registry, queue)
+  return redis.call('HEXISTS', registry, queue) == 1
+end
+
+local function pl_no_queue()
+  return redis.error_reply('PLNOQUEUE queue not registered on this shard')
+end
+
+-- mode '1': the stored claim must equal `value`; mode '0': its source part must equal `value`.
+local function pl_claim_ok(stored, mode, value)
+  if not stored or stored == '' then return false end
+  if mode == '1' then return stored == value end
+  return string.sub(stored, PL_CLAIM_SOURCE_OFFSET + 1) == value
+end
+
+-- Character-aware truncation of UTF-8 text (string.sub counts bytes): a character starts at
+-- every byte that is not a continuation byte (0x80-0xBF).
+local function pl_keep_last_chars(s, cap)
+  if #s <= cap then return s end
+  if cap <= 0 then return '' end
+  local n = 0
+  for i = #s, 1, -1 do
+    local b = string.byte(s, i)
+    if b < 128 or b >= 192 then
+      n = n + 1
+      if n == cap then return string.sub(s, i) end
+    end
+  end
+  return s
+end
+
+local function pl_keep_first_chars(s, cap)
+  if #s <= cap then return s end
+  if cap <= 0 then return '' end
+  local n = 0
+  for i = 1, #s do
+    local b = string.byte(s, i)
+    if b < 128 or b >= 192 then
+      n = n + 1
+      if n == cap + 1 then return string.sub(s, 1, i - 1) end
+    end
+  end
+  return s
+end
+
+-- Move a job between indexes; `ua` is the new updated_at (ignored for PENDING, which has no
+-- updated_at index).
+local function pl_unindex(qprefix, prio, state, member, id19)
+  redis.call('ZREM', pl_ra_index(qprefix, prio, state), member)
+  if state ~= '0' then redis.call('ZREM', pl_ua_index(qprefix, prio, state), id19) end
+end
+
+local function pl_index(qprefix, prio, state, member, id19, ua)
+  redis.call('ZADD', pl_ra_index(qprefix, prio, state), 0, member)
+  if state ~= '0' then redis.call('ZADD', pl_ua_index(qprefix, prio, state), ua, id19) end
+end
+
+-- Delete one job (hash and index entries) whose hash fields s/ra were read as `st`, `ra`.
+local function pl_delete_job(qprefix, prio, id19, st, ra)
+  pl_unindex(qprefix, prio, st, pl_member(tonumber(ra), id19), id19)
+  redis.call('DEL', pl_job_key(qprefix, prio, id19))
+end
+
+-- Append one job record (11 entries: prio, id19, s, aa, ar, cs, ca, ra, ua, cl, body) in the
+-- order backends/redis_backend.py decodes it; false (nil) for absent fields. Returns whether
+-- the job exists.
+local function pl_append_record(out, qprefix, prio, id19, with_body)
+  local key = pl_job_key(qprefix, prio, id19)
+  local v
+  if with_body then
+    v = redis.call('HMGET', key, 's', 'aa', 'ar', 'cs', 'ca', 'ra', 'ua', 'cl', 'b')
+  else
+    v = redis.call('HMGET', key, 's', 'aa', 'ar', 'cs', 'ca', 'ra', 'ua', 'cl')
+  end
+  if not v[1] then return false end
+  out[#out + 1] = prio
+  out[#out + 1] = id19
+  for i = 1, 8 do out[#out + 1] = v[i] end
+  if with_body then out[#out + 1] = v[9] else out[#out + 1] = false end
+  return true
+end

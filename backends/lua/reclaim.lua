@@ -1,0 +1,40 @@
+#!lua
+-- reclaim: IN_PROGRESS jobs of one priority whose updated_at is older than the claim timeout
+-- go back to PENDING with one attempt used (run_after = now, claim cleared), or to FAILED
+-- (remaining 0) when none is left.
+-- KEYS[1] registry HASH pl:<shard>:queues
+-- ARGV[1] queue name
+-- ARGV[2] queue key prefix pl:<shard>:q:<queue>
+-- ARGV[3] clock offset ms
+-- ARGV[4] priority
+-- ARGV[5] claim timeout ms
+-- ARGV[6] limit (>= 1)
+-- Reads ua1 (updated_at < now - timeout); writes ra1/ua1 -> ra0 or ra3/ua3 and the hashes.
+-- Returns {retried, failed}.
+local registry, queue, qprefix, prio = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
+if not pl_queue_exists(registry, queue) then return pl_no_queue() end
+local limit = tonumber(ARGV[6])
+if limit < 1 then return {0, 0} end
+local now = pl_now(ARGV[3])
+local now_text = pl_int(now)
+local ids = redis.call('ZRANGEBYSCORE', pl_ua_index(qprefix, prio, '1'), '-inf',
+  '(' .. pl_int(now - tonumber(ARGV[5])), 'LIMIT', 0, limit)
+local retried, failed = 0, 0
+for _, id19 in ipairs(ids) do
+  local key = pl_job_key(qprefix, prio, id19)
+  local v = redis.call('HMGET', key, 'ra', 'ar')
+  local member = pl_member(tonumber(v[1]), id19)
+  pl_unindex(qprefix, prio, '1', member, id19)
+  if tonumber(v[2]) > 1 then
+    pl_index(qprefix, prio, '0', pl_member(now, id19), id19, now)
+    redis.call('HSET', key, 's', '0', 'ar', pl_int(tonumber(v[2]) - 1), 'ra', now_text,
+      'ua', now_text)
+    redis.call('HDEL', key, 'cl')
+    retried = retried + 1
+  else
+    pl_index(qprefix, prio, '3', member, id19, now)
+    redis.call('HSET', key, 's', '3', 'ar', '0', 'ua', now_text)
+    failed = failed + 1
+  end
+end
+return {retried, failed}

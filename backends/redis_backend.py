@@ -1,0 +1,433 @@
+"""Redis storage: per-shard primitives, each one Lua script call (or one pipeline).
+
+Key layout: see `backends/redis_keys.py` (registry HASH, per-job HASH, an id counter per
+priority, a run_after index per state and an updated_at index per non-PENDING state). Every
+state transition is one script in `backends/lua/` (loaded once, called by SHA); scripts read
+Redis's own clock (`TIME`) plus the shard's `clock_offset_ms`, so eligibility and claim expiry
+never depend on an application server's clock.
+
+Choices worth knowing:
+- Body filters are Python callables, applied here over bounded pages read by `page.lua`
+  (never Lua patterns); the deletes that follow are guarded by state in Lua.
+- Custom statuses are truncated in characters (UTF-8 aware) inside the scripts.
+- Write scripts are refused whole by Redis when it is over maxmemory (`#!lua` flags): that
+  becomes `StorageFull` and nothing is stored. Read scripts and delete-only scripts still run.
+- A connection pool per distinct connection (host, port, db, credentials, TLS, timeouts),
+  shared by the shards that use it and closed with the last of them; no client-side retries
+  (the sharded layer retries `ShardError(retriable=True)`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from backends import redis_keys as keys
+from backends.redis_scripts import Scripts
+from pinlater.backend import Backend, BodyFilter, Shard, ShardSpec, StorageLimits
+from pinlater.config import ConfigError, _range, parse_shard_list
+from pinlater.errors import QueueNotFound, ShardError, StorageFull
+from pinlater.models import (
+    Ack, Checkpoint, DequeuedJob, JobRecord, JobState, NewJob, ReclaimCounts, ScanBound,
+)
+
+#: jobs read per page.lua call when a body filter is applied in Python
+FILTER_PAGE_SIZE = 500
+#: jobs removed per delete_queue.lua step (bounds how long one step blocks Redis)
+DELETE_QUEUE_STEP = 5000
+_RECORD_WIDTH = 11  # values per record from _lib.lua pl_append_record
+
+
+@dataclass(frozen=True, slots=True)
+class RedisShardSpec(ShardSpec):
+    """One Redis shard. Shards on one instance/db are isolated by their name in every key."""
+
+    host: str = "127.0.0.1"
+    port: int = field(default=6379, metadata=_range(1, 65535))
+    db: int = field(default=0, metadata=_range(0, 1_000_000))
+    password: str | None = None
+    username: str | None = None
+    tls: bool = False
+    #: CA bundle for TLS; None = the system store
+    tls_ca_file: str | None = None
+    socket_connect_timeout_seconds: float = field(default=1.0, metadata=_range(0.001, 600))
+    socket_timeout_seconds: float = field(default=5.0, metadata=_range(0.001, 600))
+    max_connections: int = field(default=64, metadata=_range(1, 100_000))
+
+    def pool_key(self) -> tuple:
+        """Everything that identifies a connection (not the shard name)."""
+        return tuple(v for k, v in zip(_SPEC_FIELDS, self.connection_key()) if k != "name")
+
+
+_SPEC_FIELDS = [f for f in RedisShardSpec.__dataclass_fields__ if f != "dequeue_only"]
+
+
+class RedisBackend(Backend):
+    kind = "redis"
+    supports_shard_reload = True
+    uses_storage_clock = True
+
+    #: backend options accepted (and ignored) so generic env overrides do not break Redis configs
+    _IGNORED_OPTIONS = ("data_dir",)
+
+    def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
+        super().__init__(options, limits)
+        self._lock = threading.Lock()
+        self._pools: dict[tuple, tuple[redis.ConnectionPool, int]] = {}
+
+    @classmethod
+    def parse_options(cls, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
+        unknown = [k for k in raw if k not in cls._IGNORED_OPTIONS]
+        if unknown:
+            raise ConfigError([f"{path}.{k}: unknown key for the redis backend" for k in unknown])
+        return dict(raw)
+
+    @classmethod
+    def parse_shards(cls, raw: Any, options: Mapping[str, Any], path: str) -> list[ShardSpec]:
+        return parse_shard_list(RedisShardSpec, raw, path)
+
+    def open_shard(self, spec: ShardSpec) -> Shard:
+        """Connections are made lazily (with the connect timeout) on first use: opening never
+        blocks, and an unreachable shard shows up as ShardError on its first call or ping."""
+        assert isinstance(spec, RedisShardSpec), spec
+        key = spec.pool_key()
+        with self._lock:
+            pool, users = self._pools.get(key) or (_make_pool(spec), 0)
+            self._pools[key] = (pool, users + 1)
+        return RedisShard(spec, self.limits, pool, lambda: self._release(key))
+
+    def _release(self, key: tuple) -> None:
+        with self._lock:
+            pool, users = self._pools[key]
+            if users > 1:
+                self._pools[key] = (pool, users - 1)
+                return
+            del self._pools[key]
+        pool.disconnect()
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = [p for p, _ in self._pools.values()], {}
+        for pool in pools:
+            pool.disconnect()
+
+
+def _make_pool(spec: RedisShardSpec) -> redis.ConnectionPool:
+    kwargs: dict[str, Any] = dict(
+        host=spec.host, port=spec.port, db=spec.db, password=spec.password,
+        username=spec.username, socket_timeout=spec.socket_timeout_seconds,
+        socket_connect_timeout=spec.socket_connect_timeout_seconds,
+        decode_responses=False,  # bodies are bytes, byte-identical
+        retry=Retry(NoBackoff(), 0),  # no hidden re-sends of non-idempotent scripts
+        max_connections=spec.max_connections,
+        timeout=spec.socket_connect_timeout_seconds,  # wait for a free pooled connection
+    )
+    if spec.tls:
+        kwargs["connection_class"] = redis.SSLConnection
+        if spec.tls_ca_file:
+            kwargs["ssl_ca_certs"] = spec.tls_ca_file
+    return redis.BlockingConnectionPool(**kwargs)
+
+
+class RedisShard(Shard):
+    """One shard on a Redis database; thread-safe (pooled connections, stateless scripts)."""
+
+    def __init__(self, spec: RedisShardSpec, limits: StorageLimits,
+                 pool: redis.ConnectionPool, release):
+        super().__init__(spec, limits)
+        self._client = redis.Redis(connection_pool=pool)
+        self._scripts = Scripts(self._client)
+        self._registry = keys.registry_key(spec.name)
+        self._release = release
+        self._closed = False
+
+    # ---- plumbing ----
+    @contextlib.contextmanager
+    def _errors(self, queue: str | None = None) -> Iterator[None]:
+        """Translate redis-py errors into the contract's QueueNotFound/StorageFull/ShardError."""
+        try:
+            yield
+        except redis.exceptions.ResponseError as exc:
+            raise self._response_error(exc, queue) from exc
+        except redis.exceptions.AuthenticationError as exc:
+            raise ShardError(self.name, f"authentication failed: {exc}", retriable=False) from exc
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            raise ShardError(self.name, f"{type(exc).__name__}: {exc}") from exc
+        except redis.exceptions.RedisError as exc:
+            raise ShardError(self.name, f"{type(exc).__name__}: {exc}", retriable=False) from exc
+
+    def _response_error(self, exc: Exception, queue: str | None) -> Exception:
+        text = str(exc)
+        if text.startswith("PLNOQUEUE") and queue is not None:
+            return QueueNotFound(queue)
+        if isinstance(exc, redis.exceptions.OutOfMemoryError) or text.startswith("OOM"):
+            return StorageFull(f"shard {self.name}: Redis is over its maxmemory and refused "
+                               f"the write (nothing was stored): {text}")
+        if text.startswith("MISCONF"):
+            return StorageFull(f"shard {self.name}: Redis cannot persist to disk and refuses "
+                               f"writes: {text}")
+        retriable = text.startswith(("BUSY", "LOADING", "READONLY", "TRYAGAIN", "MASTERDOWN"))
+        return ShardError(self.name, f"Redis error: {text}", retriable=retriable)
+
+    def _run(self, script: redis.commands.core.Script, queue: str, args: list) -> Any:
+        with self._errors(queue):
+            return script(keys=[self._registry], args=args)
+
+    def _prefix(self, queue: str) -> str:
+        return keys.queue_prefix(self.name, queue)
+
+    def _offset(self) -> str:
+        return str(int(self.clock_offset_ms))
+
+    # ---- clock ----
+    def now_ms(self) -> int:
+        with self._errors():
+            seconds, micros = self._client.time()
+        return seconds * 1000 + micros // 1000 + int(self.clock_offset_ms)
+
+    # ---- queues ----
+    def create_queue(self, queue: str) -> None:
+        self._run(self._scripts.create_queue, queue, [queue, self.limits.num_priorities])
+
+    def delete_queue(self, queue: str) -> None:
+        """Unregister the queue, then delete its jobs in bounded steps (each one script call
+        that blocks Redis only briefly). A queue created again while this runs keeps whatever
+        was not deleted yet."""
+        prefix, top, first = self._prefix(queue), self.limits.num_priorities, "1"
+        for _ in range(1_000_000):  # bounded: each step deletes up to DELETE_QUEUE_STEP jobs
+            registered, done = self._run(self._scripts.delete_queue, queue,
+                                         [queue, prefix, top, DELETE_QUEUE_STEP, first])
+            top, first = max(top, int(registered)), "0"
+            if int(done):
+                return
+        raise ShardError(self.name, f"delete_queue({queue}) did not finish", retriable=True)
+
+    def queue_names(self) -> set[str]:
+        with self._errors():
+            return {name.decode() for name in self._client.hkeys(self._registry)}
+
+    # ---- jobs ----
+    def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[int]:
+        args: list[Any] = [queue, self._prefix(queue), self._offset(), len(jobs)]
+        cap = self.limits.status_cap
+        for job in jobs:
+            args += [job.priority, "" if job.run_after_ms is None else int(job.run_after_ms),
+                     job.attempts_allowed, _encode_text(job.custom_status[:cap]), job.body]
+        return [int(i) for i in self._run(self._scripts.enqueue, queue, args)]
+
+    def dequeue(self, queue: str, priority: int, limit: int,
+                claim: str | None) -> list[DequeuedJob]:
+        if claim is None:
+            records, _, _ = self._page(queue, priority, JobState.PENDING, "asc", "", "due",
+                                       max(limit, 0), with_body=True)
+            return [DequeuedJob(r.priority, r.local_id, r.body or b"", r.attempts_allowed,
+                                r.attempts_remaining, None) for r in records]
+        if limit <= 0:
+            self._check_queue(queue)
+            return []
+        flat = self._run(self._scripts.dequeue, queue,
+                         [queue, self._prefix(queue), self._offset(), priority, limit, claim])
+        return [DequeuedJob(priority, int(flat[i]), flat[i + 1], int(flat[i + 2]),
+                            int(flat[i + 3]), claim) for i in range(0, len(flat), 4)]
+
+    def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
+        args: list[Any] = [queue, self._prefix(queue), self._offset(), self.limits.status_cap,
+                           len(succeeded) + len(failed)]
+        for kind, acks in (("S", succeeded), ("F", failed)):
+            for ack in acks:
+                args += [kind, ack.priority, keys.id19(ack.local_id), *_match_args(ack.match),
+                         _encode_text(ack.append_status),
+                         min(max(int(ack.retry_delay_ms), 0), keys.RA_MAX)]
+        return int(self._run(self._scripts.ack, queue, args))
+
+    def checkpoint(self, queue: str, checkpoints: Sequence[Checkpoint]) -> int:
+        args: list[Any] = [queue, self._prefix(queue), self._offset(), self.limits.status_cap,
+                           len(checkpoints)]
+        for cp in checkpoints:
+            args += [cp.priority, keys.id19(cp.local_id), *_match_args(cp.match),
+                     b"" if cp.new_body is None else cp.new_body,
+                     "0" if cp.new_body is None else "1",
+                     "1" if cp.move_to_pending else "0",
+                     "" if cp.run_after_ms is None else keys.clamp_run_after(cp.run_after_ms),
+                     "" if cp.attempts_allowed is None else int(cp.attempts_allowed),
+                     _encode_text(cp.prepend_status or "")]
+        return int(self._run(self._scripts.checkpoint, queue, args))
+
+    def lookup(self, queue: str, refs: Sequence[tuple[int, int]],
+               include_body: bool) -> list[JobRecord]:
+        args: list[Any] = [queue, self._prefix(queue), "1" if include_body else "0", len(refs)]
+        for priority, local_id in refs:
+            args += [priority, keys.id19(local_id)]
+        return _records(self._run(self._scripts.lookup, queue, args), include_body)
+
+    def count(self, queue: str, state: JobState, priorities: Sequence[int], future: bool,
+              cap: int, body_filter: BodyFilter | None) -> int:
+        if body_filter is None:
+            args = [queue, self._prefix(queue), self._offset(), int(state),
+                    "1" if future else "0", max(int(cap), 0), len(priorities), *priorities]
+            return int(self._run(self._scripts.count, queue, args))
+        total, cap = 0, max(int(cap), 0)
+        self._check_queue(queue)
+        for priority in priorities:
+            if total >= cap:
+                break
+            for _ in self._filtered(queue, priority, state, "asc", "",
+                                    "future" if future else "due", body_filter):
+                total += 1
+                if total >= cap:
+                    break
+        return total
+
+    def scan(self, queue: str, state: JobState, bounds: Mapping[int, ScanBound | None],
+             future: bool, limit: int, body_filter: BodyFilter | None) -> list[JobRecord]:
+        window = "future" if future else "due"
+        cursors = {p: "" if b is None else keys.index_member(b.run_after_ms, b.local_id)
+                   for p, b in bounds.items()}
+        if limit <= 0 or not bounds:
+            self._check_queue(queue)
+            return []
+        if body_filter is not None:
+            out = []
+            for priority, cursor in cursors.items():
+                found = 0
+                for record in self._filtered(queue, priority, state, "desc", cursor, window,
+                                             body_filter):
+                    out.append(replace(record, body=None))
+                    found += 1
+                    if found >= limit:
+                        break
+            return out
+        with self._errors(queue):
+            pipe = self._client.pipeline(transaction=False)
+            for priority, cursor in cursors.items():
+                self._scripts.page(keys=[self._registry], client=pipe,
+                                   args=self._page_args(queue, priority, state, "desc", cursor,
+                                                        window, limit, False))
+            pages = pipe.execute(raise_on_error=False)
+        out = []
+        for page in pages:
+            if isinstance(page, Exception):
+                with self._errors(queue):
+                    raise page
+            out += _records(page[2:], False)
+        return out
+
+    def retry_failed(self, queue: str, priority: int, attempts_remaining: int,
+                     run_after_ms: int | None, limit: int) -> int:
+        args = [queue, self._prefix(queue), self._offset(), priority, int(attempts_remaining),
+                "" if run_after_ms is None else keys.clamp_run_after(run_after_ms),
+                max(int(limit), 0)]
+        return int(self._run(self._scripts.retry_failed, queue, args))
+
+    def delete_jobs(self, queue: str, state: JobState, priority: int, limit: int,
+                    body_filter: BodyFilter | None) -> int:
+        if body_filter is None or limit <= 0:
+            args = [queue, self._prefix(queue), priority, int(state), max(int(limit), 0), 0]
+            return int(self._run(self._scripts.delete_jobs, queue, args))
+        deleted, cursor = 0, ""
+        while deleted < limit:
+            records, scanned, cursor = self._page(queue, priority, state, "asc", cursor, "all",
+                                                  FILTER_PAGE_SIZE, with_body=True)
+            matches = [keys.id19(r.local_id) for r in records if body_filter(r.body or b"")]
+            matches = matches[:limit - deleted]
+            if matches:
+                args = [queue, self._prefix(queue), priority, int(state), len(matches),
+                        len(matches), *matches]
+                deleted += int(self._run(self._scripts.delete_jobs, queue, args))
+            if scanned < FILTER_PAGE_SIZE:
+                break
+        return deleted
+
+    # ---- janitor ----
+    def reclaim_expired(self, queue: str, priority: int, claim_timeout_ms: int,
+                        limit: int) -> ReclaimCounts:
+        args = [queue, self._prefix(queue), self._offset(), priority, int(claim_timeout_ms),
+                max(int(limit), 0)]
+        retried, failed = self._run(self._scripts.reclaim, queue, args)
+        return ReclaimCounts(retried=int(retried), failed=int(failed))
+
+    def purge(self, queue: str, priority: int, state: JobState, ttl_ms: int, limit: int) -> int:
+        if state not in (JobState.SUCCEEDED, JobState.FAILED):
+            raise ValueError(f"purge applies to terminal states only, not {state.name}")
+        args = [queue, self._prefix(queue), self._offset(), priority, int(state), int(ttl_ms),
+                max(int(limit), 0)]
+        return int(self._run(self._scripts.purge, queue, args))
+
+    # ---- health ----
+    def ping(self) -> None:
+        with self._errors():
+            self._client.ping()
+
+    def durability_warnings(self) -> list[str]:
+        from backends.redis_durability import durability_warnings
+
+        return durability_warnings(self.name, self._client)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._release()
+
+    # ---- paging for body filters and scans ----
+    def _check_queue(self, queue: str) -> None:
+        self._run(self._scripts.lookup, queue, [queue, self._prefix(queue), "0", 0])
+
+    def _page_args(self, queue: str, priority: int, state: JobState, direction: str,
+                   cursor: str, window: str, size: int, with_body: bool) -> list[Any]:
+        return [queue, self._prefix(queue), self._offset(), priority, int(state), direction,
+                cursor, window, size, "1" if with_body else "0"]
+
+    def _page(self, queue: str, priority: int, state: JobState, direction: str, cursor: str,
+              window: str, size: int, *, with_body: bool) -> tuple[list[JobRecord], int, str]:
+        """One page.lua call: (records, index members read, cursor for the next page)."""
+        flat = self._run(self._scripts.page, queue, self._page_args(
+            queue, priority, state, direction, cursor, window, size, with_body))
+        return _records(flat[2:], with_body), int(flat[0]), flat[1].decode()
+
+    def _filtered(self, queue: str, priority: int, state: JobState, direction: str,
+                  cursor: str, window: str, body_filter: BodyFilter) -> Iterator[JobRecord]:
+        """Records (with bodies) whose body passes the filter, page by page; the filter's own
+        errors (e.g. a PinLaterError for a regex over its budget) propagate."""
+        while True:
+            records, scanned, cursor = self._page(queue, priority, state, direction, cursor,
+                                                  window, FILTER_PAGE_SIZE, with_body=True)
+            for record in records:
+                if body_filter(record.body or b""):
+                    yield record
+            if scanned < FILTER_PAGE_SIZE:
+                return
+
+
+def _encode_text(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _decode_text(raw: bytes | None) -> str:
+    return "" if raw is None else raw.decode("utf-8", "surrogatepass")
+
+
+def _match_args(match) -> list[str]:
+    """Claim mode and value for _lib.lua pl_claim_ok: exact claim, else the source part."""
+    if match.claim is not None:
+        return ["1", match.claim]
+    return ["0", match.source]
+
+
+def _records(flat: Sequence[Any], with_body: bool) -> list[JobRecord]:
+    out = []
+    for i in range(0, len(flat), _RECORD_WIDTH):
+        prio, id_, state, aa, ar, cs, ca, ra, ua, cl, body = flat[i:i + _RECORD_WIDTH]
+        out.append(JobRecord(
+            priority=int(prio), local_id=int(id_), state=JobState(int(state)),
+            attempts_allowed=int(aa), attempts_remaining=int(ar), custom_status=_decode_text(cs),
+            created_at_ms=int(ca), run_after_ms=int(ra), updated_at_ms=int(ua),
+            claim=None if cl is None else _decode_text(cl),
+            body=(body if body is not None else b"") if with_body else None))
+    return out

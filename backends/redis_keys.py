@@ -1,0 +1,91 @@
+"""Redis key layout and value encodings for the Redis backend, built in one place.
+
+Key layout (per shard; several shards may share one Redis instance and database because every
+key starts with the shard name):
+
+    pl:<shard>:queues                   HASH   queue name -> highest priority created (registry)
+    pl:<shard>:q:<queue>:p<n>:seq       STRING id counter of priority n (INCR); local ids are
+                                               unique per queue, shard and priority
+    pl:<shard>:q:<queue>:p<n>:j:<id19>  HASH   one job: b body (bytes), s state (0..3),
+                                               aa/ar attempts allowed/remaining, cs custom
+                                               status (UTF-8), ca created_at, ra run_after,
+                                               ua updated_at (epoch ms, decimal), cl claim
+    pl:<shard>:q:<queue>:p<n>:ra<s>     ZSET   run_after index of state s (all scores 0):
+                                               members '<ra16>:<id19>' so byte order is
+                                               (run_after, id) order; ZRANGEBYLEX serves
+                                               dequeue order, due/future ranges, exact scan
+                                               cursors and ZLEXCOUNT counts
+    pl:<shard>:q:<queue>:p<n>:ua<s>     ZSET   updated_at index of states 1..3 (score =
+                                               updated_at ms, member id19): claim expiry
+                                               (IN_PROGRESS), purge TTL (SUCCEEDED/FAILED),
+                                               retryFailedJobs oldest-first (FAILED)
+
+Every job is in exactly one ra<s> index (and, outside PENDING, the matching ua<s>), which is
+what lets delete_queue find and remove everything. `id19` is the local id zero-padded to 19
+digits; `ra16` is run_after + RA_OFFSET zero-padded to 16 digits (run_after saturates to
+[RA_MIN, RA_MAX], far outside any real timestamp, so Lua doubles stay exact).
+
+Scripts build job and index keys from the queue prefix inside Lua (as the original did), so the
+layout suits independent Redis instances, not Redis Cluster.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pinlater.claims import CLAIM_SOURCE_OFFSET
+
+KEY_ROOT = "pl"
+RA_OFFSET = 10**15
+RA_MIN = -(10**15) + 1
+RA_MAX = 8 * 10**15
+#: largest local id the Lua scripts produce (Lua numbers are doubles)
+MAX_LOCAL_ID = 2**53 - 1
+
+_SHARD = re.compile(r"[A-Za-z0-9]{1,32}", re.ASCII)
+_QUEUE = re.compile(r"[A-Za-z0-9_]+", re.ASCII)
+
+#: constants substituted into backends/lua/_lib.lua
+LUA_CONSTANTS = {
+    "__CLAIM_SOURCE_OFFSET__": CLAIM_SOURCE_OFFSET,
+    "__RA_OFFSET__": RA_OFFSET,
+    "__RA_MIN__": RA_MIN,
+    "__RA_MAX__": RA_MAX,
+    "__MAX_ID__": MAX_LOCAL_ID,
+}
+
+
+def _check(pattern: re.Pattern, kind: str, name: str) -> str:
+    # The layer above validates names; this guards the key space (no ':' '{' '*' ...) anyway.
+    if not isinstance(name, str) or pattern.fullmatch(name) is None:
+        raise ValueError(f"invalid {kind} name for a Redis key: {name!r}")
+    return name
+
+
+def registry_key(shard: str) -> str:
+    return f"{KEY_ROOT}:{_check(_SHARD, 'shard', shard)}:queues"
+
+
+def queue_prefix(shard: str, queue: str) -> str:
+    return f"{KEY_ROOT}:{_check(_SHARD, 'shard', shard)}:q:{_check(_QUEUE, 'queue', queue)}"
+
+
+def seq_key(shard: str, queue: str, priority: int) -> str:
+    return f"{queue_prefix(shard, queue)}:p{int(priority)}:seq"
+
+
+def job_key(shard: str, queue: str, priority: int, local_id: int) -> str:
+    return f"{queue_prefix(shard, queue)}:p{int(priority)}:j:{id19(local_id)}"
+
+
+def id19(local_id: int) -> str:
+    return f"{int(local_id):019d}"
+
+
+def clamp_run_after(ms: int) -> int:
+    return min(max(int(ms), RA_MIN), RA_MAX)
+
+
+def index_member(run_after_ms: int, local_id: int) -> str:
+    """The ra<s> member of a job; must match pl_member in _lib.lua."""
+    return f"{clamp_run_after(run_after_ms) + RA_OFFSET:016d}:{id19(local_id)}"

@@ -1,0 +1,52 @@
+"""Loading the Lua scripts of the Redis backend (one .lua file per atomic operation).
+
+Each script is `_lib.lua` (shared helpers, with Python constants substituted) plus the
+operation's file, kept after the operation's shebang line when it has one: `#!lua` marks a
+script that may write (Redis refuses it up front with -OOM when over maxmemory, so it stores
+nothing), `#!lua flags=no-writes` a read-only one (runs under OOM); the delete-only scripts have
+no shebang, so they still run under OOM and can free memory.
+
+Scripts are registered with redis-py's `register_script`: called by SHA (EVALSHA), reloaded on
+NOSCRIPT (e.g. after a restart or SCRIPT FLUSH).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import redis
+
+from backends.redis_keys import LUA_CONSTANTS
+
+LUA_DIR = Path(__file__).with_name("lua")
+SCRIPT_NAMES = (
+    "create_queue", "delete_queue", "enqueue", "dequeue", "ack", "checkpoint", "lookup",
+    "page", "count", "retry_failed", "delete_jobs", "reclaim", "purge",
+)
+
+
+@functools.cache
+def _lib() -> str:
+    text = (LUA_DIR / "_lib.lua").read_text()
+    for token, value in LUA_CONSTANTS.items():
+        text = text.replace(token, str(int(value)))
+    return text
+
+
+@functools.cache
+def script_source(name: str) -> str:
+    """The full text sent to Redis for operation `name`."""
+    text = (LUA_DIR / f"{name}.lua").read_text()
+    if text.startswith("#!"):
+        shebang, _, body = text.partition("\n")
+        return f"{shebang}\n{_lib()}\n{body}"
+    return f"{_lib()}\n{text}"
+
+
+class Scripts:
+    """The operation scripts bound to one client: `scripts.enqueue(keys=..., args=...)`."""
+
+    def __init__(self, client: redis.Redis):
+        for name in SCRIPT_NAMES:
+            setattr(self, name, client.register_script(script_source(name)))

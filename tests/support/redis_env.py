@@ -1,0 +1,142 @@
+"""Throwaway redis-server processes for the test suites (never the system Redis).
+
+`start(tmp_dir)` yields a BackendUnderTest with two shards, each on its own redis-server
+(appendonly yes, appendfsync always, loopback, free port, temp data dir), stopped by PID
+afterwards. `RedisServer` is also what the fault tests use to kill -9 and restart a server on
+the same data dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import redis
+
+from tests.support import BackendUnderTest, unavailable
+
+STARTUP_TIMEOUT_SECONDS = 10.0
+
+
+def redis_server_binary() -> str | None:
+    return shutil.which("redis-server")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class RedisServer:
+    """One redis-server on 127.0.0.1 with its own data dir; restartable on the same dir/port."""
+
+    def __init__(self, data_dir: Path, *, appendonly: bool = True, appendfsync: str = "always",
+                 maxmemory: str | None = None, extra: Sequence[str] = ()):
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.appendonly, self.appendfsync = appendonly, appendfsync
+        self.maxmemory, self.extra = maxmemory, list(extra)
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def args(self) -> list[str]:
+        binary = redis_server_binary()
+        if binary is None:
+            raise RuntimeError("redis-server is not installed")
+        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", str(self.data_dir), "--daemonize", "no", "--save", "",
+                "--appendonly", "yes" if self.appendonly else "no",
+                "--appendfsync", self.appendfsync, "--maxmemory-policy", "noeviction",
+                "--logfile", str(self.data_dir / "redis.log"), "--protected-mode", "yes"]
+        if self.maxmemory:
+            args += ["--maxmemory", self.maxmemory]
+        return args + self.extra
+
+    def start(self) -> RedisServer:
+        self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self.proc.returncode}; "
+                                   f"see {self.data_dir / 'redis.log'}")
+            try:
+                with self.client() as client:
+                    if client.ping():
+                        return
+            except redis.exceptions.RedisError:  # not listening yet, or still loading
+                time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"redis-server on port {self.port} did not start in time")
+
+    def client(self, **kwargs) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5,
+                           socket_connect_timeout=1, **kwargs)
+
+    def kill(self) -> None:
+        """kill -9 (no shutdown save, no AOF flush beyond what the fsync policy did)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def restart(self) -> RedisServer:
+        """Start again on the same port and data dir (after kill or stop)."""
+        self.kill()
+        return self.start()
+
+    def shard(self, name: str) -> dict:
+        """The YAML shard entry for a shard on this server."""
+        return {"name": name, "host": "127.0.0.1", "port": self.port,
+                "socket_connect_timeout_seconds": 1.0, "socket_timeout_seconds": 5.0}
+
+
+def require_redis_server() -> None:
+    if redis_server_binary() is None:
+        unavailable("redis-server binary not found on PATH")
+
+
+@contextlib.contextmanager
+def running_server(data_dir: Path, **kwargs) -> Iterator[RedisServer]:
+    """A started RedisServer that is stopped (by PID) on exit, whatever happens."""
+    require_redis_server()
+    server = RedisServer(data_dir, **kwargs)
+    try:
+        for attempt in range(3):  # the free port may be taken between probe and bind
+            try:
+                server.start()
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+                server.port = free_port()
+        yield server
+    finally:
+        server.kill()
+
+
+@contextlib.contextmanager
+def start(tmp_dir: Path) -> Iterator[BackendUnderTest]:
+    """Two shards ('r1', 'r2'), each on its own durable throwaway redis-server."""
+    tmp_dir = Path(tmp_dir)
+    with running_server(tmp_dir / "redis1") as one, running_server(tmp_dir / "redis2") as two:
+        yield BackendUnderTest(kind="redis", shards=[one.shard("r1"), two.shard("r2")])
