@@ -49,8 +49,9 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     server = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     if server:
         overrides["server"] = server
-    if args.data_dir is not None:
-        overrides["backend"] = {"data_dir": args.data_dir}
+    # always present, so the backend's own defaults (data dir, default shard) are applied even
+    # when neither the file nor the flags mention the backend
+    overrides["backend"] = {} if args.data_dir is None else {"data_dir": args.data_dir}
     if args.log_level is not None:
         overrides["log_level"] = args.log_level
     return overrides
