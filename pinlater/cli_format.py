@@ -45,7 +45,9 @@ def show_body(body: bytes | None, width: int = BODY_WIDTH) -> str:
     if body is None:
         return "-"
     text = body.decode("utf-8", errors="backslashreplace")
-    text = text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                       for c in text)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
