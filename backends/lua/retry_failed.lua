@@ -1,6 +1,6 @@
 #!lua
--- retry_failed: move up to `limit` FAILED jobs of one priority (oldest updated_at first) back
--- to PENDING.
+-- retry_failed: move up to `limit` FAILED jobs of one priority (oldest run_after first, then
+-- id, as the SQL backends do) back to PENDING.
 -- KEYS[1] registry HASH pl:<shard>:queues
 -- ARGV[1] queue name
 -- ARGV[2] queue key prefix pl:<shard>:q:<queue>
@@ -9,7 +9,7 @@
 -- ARGV[5] attempts remaining to set (>= 1)
 -- ARGV[6] run_after ms ('' = now)
 -- ARGV[7] limit (>= 1)
--- Reads ua3; writes ra3/ua3 -> ra0, hash {s=0, ar, ra, ua=now}, claim cleared.
+-- Reads ra3; writes ra3/ua3 -> ra0, hash {s=0, ar, ra, ua=now}, claim cleared.
 -- Returns how many jobs moved.
 local registry, queue, qprefix, prio = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
@@ -18,13 +18,13 @@ if limit < 1 then return 0 end
 local now = pl_now(ARGV[3])
 local ra = now
 if ARGV[6] ~= '' then ra = pl_clamp_ra(tonumber(ARGV[6])) end
-local ids = redis.call('ZRANGE', pl_ua_index(qprefix, prio, '3'), 0, limit - 1)
-for _, id19 in ipairs(ids) do
+local members = redis.call('ZRANGE', pl_ra_index(qprefix, prio, '3'), 0, limit - 1)
+for _, member in ipairs(members) do
+  local id19 = pl_member_id(member)
   local key = pl_job_key(qprefix, prio, id19)
-  local old_ra = redis.call('HGET', key, 'ra')
-  pl_unindex(qprefix, prio, '3', pl_member(tonumber(old_ra), id19), id19)
+  pl_unindex(qprefix, prio, '3', member, id19)
   pl_index(qprefix, prio, '0', pl_member(ra, id19), id19, now)
   redis.call('HSET', key, 's', '0', 'ar', ARGV[5], 'ra', pl_int(ra), 'ua', pl_int(now))
   redis.call('HDEL', key, 'cl')
 end
-return #ids
+return #members

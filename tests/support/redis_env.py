@@ -39,7 +39,11 @@ class RedisServer:
     """One redis-server on 127.0.0.1 with its own data dir; restartable on the same dir/port."""
 
     def __init__(self, data_dir: Path, *, appendonly: bool = True, appendfsync: str = "always",
-                 maxmemory: str | None = None, extra: Sequence[str] = ()):
+                 maxmemory: str | None = None, extra: Sequence[str] = (),
+                 config_file: Path | None = None):
+        """With `config_file`, only the port, bind address, data dir and log file are added to
+        it (so the file's own durability settings are what runs)."""
+        self.config_file = config_file
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.appendonly, self.appendfsync = appendonly, appendfsync
@@ -51,11 +55,14 @@ class RedisServer:
         binary = redis_server_binary()
         if binary is None:
             raise RuntimeError("redis-server is not installed")
-        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                "--dir", str(self.data_dir), "--daemonize", "no", "--save", "",
-                "--appendonly", "yes" if self.appendonly else "no",
-                "--appendfsync", self.appendfsync, "--maxmemory-policy", "noeviction",
-                "--logfile", str(self.data_dir / "redis.log"), "--protected-mode", "yes"]
+        args = [binary] + ([str(self.config_file)] if self.config_file else [])
+        args += ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data_dir),
+                 "--daemonize", "no", "--logfile", str(self.data_dir / "redis.log")]
+        if self.config_file:
+            return args + self.extra
+        args += ["--save", "", "--appendonly", "yes" if self.appendonly else "no",
+                 "--appendfsync", self.appendfsync, "--maxmemory-policy", "noeviction",
+                 "--protected-mode", "yes"]
         if self.maxmemory:
             args += ["--maxmemory", self.maxmemory]
         return args + self.extra
