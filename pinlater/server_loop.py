@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-import select
+import selectors
 import socket
 import threading
 import time
@@ -98,19 +98,25 @@ class Server:
 
     # ---- accepting ----
     def _accept_loop(self) -> None:
-        while not self._stopping.is_set():
-            ready, _, _ = select.select([self._sock, self._wake_r], [], [])
-            if self._wake_r in ready or self._stopping.is_set():
-                return
-            try:
-                conn, addr = self._sock.accept()
-            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                continue
-            except OSError as exc:  # e.g. EMFILE: back off instead of spinning
-                self.warnings.warning("accept", "accept failed: %s", exc)
-                self._stopping.wait(0.05)
-                continue
-            self._admit(conn, addr)
+        with selectors.DefaultSelector() as selector:  # epoll: no FD_SETSIZE limit
+            selector.register(self._sock, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while not self._stopping.is_set():
+                selector.select()
+                if self._stopping.is_set():
+                    return
+                self._accept_one()
+
+    def _accept_one(self) -> None:
+        try:
+            conn, addr = self._sock.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return
+        except OSError as exc:  # e.g. EMFILE: back off instead of spinning
+            self.warnings.warning("accept", "accept failed: %s", exc)
+            self._stopping.wait(0.05)
+            return
+        self._admit(conn, addr)
 
     def _admit(self, sock: socket.socket, addr: tuple) -> None:
         with self._cond:
@@ -124,7 +130,12 @@ class Server:
             sock.close()
             return
         thread = threading.Thread(target=conn.run, name=f"conn-{_peer(addr)}", daemon=True)
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError as exc:  # out of threads: refuse this client, keep serving
+            self.warnings.warning("thread", "connection from %s refused: %s", _peer(addr), exc)
+            self.forget(conn)
+            sock.close()
 
     def forget(self, conn: "Connection") -> None:
         with self._cond:

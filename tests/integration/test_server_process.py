@@ -249,3 +249,34 @@ def test_no_arguments_serves_sqlite_from_pinlater_data_in_the_working_dir(tmp_pa
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
+
+
+def _start_with_stuck_frame(tmp_path, grace: float) -> tuple[ServerProcess, RawFrameClient]:
+    """A server whose only connection is in the middle of a frame (counts as in flight)."""
+    config = {**QUIET, "server": {"shutdown_grace_seconds": grace,
+                                  "frame_read_timeout_seconds": 60}}
+    server = ServerProcess(config, tmp_path).start()
+    raw = server.raw()
+    raw.send(struct.pack("!i", 100) + b"\x80\x01")
+    time.sleep(0.2)  # let the server read the partial frame
+    return server, raw
+
+
+def test_shutdown_grace_bounds_the_wait_for_in_flight_requests(tmp_path):
+    server, raw = _start_with_stuck_frame(tmp_path, grace=0.5)
+    started = time.monotonic()
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(10) == 1
+    assert 0.4 <= time.monotonic() - started < 5
+    assert "requests abandoned" in server.log()
+    raw.close()
+
+
+def test_a_second_signal_exits_at_once(tmp_path):
+    server, raw = _start_with_stuck_frame(tmp_path, grace=60)
+    server.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert server.is_running()
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(5) == 128 + signal.SIGTERM
+    raw.close()

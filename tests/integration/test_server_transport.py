@@ -248,3 +248,13 @@ def _eventually(predicate, timeout: float) -> bool:
             return True
         time.sleep(0.02)
     return predicate()
+
+
+def test_frames_up_to_max_frame_bytes_are_served_and_larger_ones_refused():
+    with run_inproc(max_frame_bytes=2048) as server:
+        with RawFrameClient(server.host, server.port) as raw:
+            payload = create_queue_call("a" * (2048 - len(create_queue_call(""))))
+            assert len(payload) == 2048
+            assert decode_reply(raw.call(payload))[1] == TMessageType.REPLY
+            raw.send_frame(create_queue_call("b" * 2048))
+            assert raw.wait_closed(2.0)
