@@ -101,7 +101,7 @@ def install_signal_handlers(server: Server) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=(args.log_level or "INFO").upper(), stream=sys.stderr,
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config, overrides=flag_overrides(args))

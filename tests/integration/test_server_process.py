@@ -142,11 +142,11 @@ def test_invalid_config_exits_2_listing_every_problem_before_binding(tmp_path):
         holder.listen()
         port = holder.getsockname()[1]
         bad = {"server": {"max_connections": 0, "idle_timeout_seconds": "soon"}, "nope": 1}
-        server = ServerProcess(bad, tmp_path, port=port)
+        server = ServerProcess(bad, tmp_path, port=port, extra_args=("--log-level", "LOUD"))
         server.spawn()
         assert server.wait(20) == 2
     log = server.log()
-    for key in ("server.max_connections", "server.idle_timeout_seconds", "nope"):
+    for key in ("server.max_connections", "server.idle_timeout_seconds", "nope", "log_level"):
         assert key in log
 
 
