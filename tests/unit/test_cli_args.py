@@ -157,3 +157,48 @@ def test_summary_reports_jobs_per_second_and_latency_in_ms():
     jobs, interval = stats.take_interval()
     assert jobs == 1000 and len(interval) == 100
     assert stats.take_interval() == (0, [])
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_load_run_issues_exactly_num_queries_across_threads_and_redraws_on_a_tty():
+    from pinlater.cli_load import LoadOptions, LoadRun
+
+    def worker(run):
+        while run.claim_query():
+            time.sleep(0.002)
+            run.stats.record(0.002, jobs=3)
+
+    out = _Terminal()
+    options = LoadOptions(num_queries=300, duration=None, batch_size=3, concurrency=4,
+                          report_interval=0.1)
+    summary = LoadRun("enqueue", options, out, io.StringIO(), as_json=False,
+                      live=True).run(worker)
+    assert (summary["requests"], summary["jobs"]) == (300, 900)
+    text = out.getvalue()
+    assert text.startswith("\r\x1b[Kenqueue: ") and text.endswith(" 0 errors\n")
+    assert text.count("\n") == 1  # progress lines are redrawn in place
+
+
+def test_load_run_stops_at_the_duration_and_reports_worker_errors():
+    from pinlater.cli_load import LoadOptions, LoadRun
+    from pinlater.errors import QueueNotFound
+
+    def worker(run):
+        while run.claim_query():
+            run.failed(QueueNotFound("q"))
+            time.sleep(0.01)
+
+    err = io.StringIO()
+    started = time.monotonic()
+    summary = LoadRun("dequeue", LoadOptions(num_queries=-1, duration=0.3, batch_size=1,
+                                             concurrency=2), io.StringIO(), err, as_json=True,
+                      live=False).run(worker)
+    assert time.monotonic() - started < 2
+    assert summary["errors"] > 0 and summary["jobs"] == 0
+    assert err.getvalue().splitlines()[0] == "Exception for request: QUEUE_NOT_FOUND: " \
+                                             "Queue not found: q"
+    assert len(err.getvalue().splitlines()) <= 5
