@@ -15,7 +15,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from thriftpy2.thrift import TApplicationException, TMessageType
 from thriftpy2.transport import TFramedTransportFactory
 import thriftpy2.rpc
@@ -133,7 +132,9 @@ def test_second_server_on_the_same_port_exits_with_a_clear_message(tmp_path):
         assert second.wait(20) == 1
         assert "already in use" in second.log()
         assert LISTENING_RE.search(second.log()) is None
-        first.client().getQueueNames(CTX)  # the first server is untouched
+        client = first.client()
+        client.getQueueNames(CTX)  # the first server is untouched
+        client.close()
 
 
 def test_invalid_config_exits_2_listing_every_problem_before_binding(tmp_path):
@@ -153,7 +154,9 @@ def test_invalid_config_exits_2_listing_every_problem_before_binding(tmp_path):
 def test_sigterm_with_enqueues_in_flight_loses_no_acknowledged_job(tmp_path):
     config = {**QUIET, "server": {"shutdown_grace_seconds": 8}}
     server = ServerProcess(config, tmp_path).start()
-    server.client().createQueue(CTX, "drain")
+    setup = server.client()
+    setup.createQueue(CTX, "drain")
+    setup.close()
     acked: list[list[str]] = [[] for _ in range(4)]
 
     def producer(k: int) -> None:
@@ -163,6 +166,8 @@ def test_sigterm_with_enqueues_in_flight_loses_no_acknowledged_job(tmp_path):
                 acked[k].extend(enqueue(client, "drain", 20, f"{k}-{i}-"))
         except Exception:  # noqa: BLE001 - the server going away ends the loop
             return
+        finally:
+            client.close()
 
     threads = [threading.Thread(target=producer, args=(k,)) for k in range(4)]
     for t in threads:
@@ -187,6 +192,7 @@ def test_sigterm_with_enqueues_in_flight_loses_no_acknowledged_job(tmp_path):
                 jobDescriptors=descriptors[i:i + 1000])))
         assert set(found) == set(descriptors)
         assert {info.jobState for info in found.values()} == {PinLaterJobState.PENDING}
+        client.close()
 
 
 def test_sigint_is_a_graceful_shutdown_too(tmp_path):

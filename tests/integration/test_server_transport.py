@@ -82,7 +82,9 @@ def test_invalid_frame_length_closes_the_connection(inproc_server, header):
     with RawFrameClient(inproc_server.host, inproc_server.port) as raw:
         raw.send(header)
         assert raw.wait_closed(2.0)
-    assert make_thrift_client(inproc_server.host, inproc_server.port).getQueueNames(CTX) == []
+    client = make_thrift_client(inproc_server.host, inproc_server.port)
+    assert client.getQueueNames(CTX) == []
+    client.close()
 
 
 @pytest.mark.parametrize("payload", [b"this is not thrift at all",

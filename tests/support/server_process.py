@@ -137,7 +137,9 @@ class ServerProcess:
 
     def wait(self, timeout: float) -> int:
         """Wait for exit; returns the exit code (raises subprocess.TimeoutExpired)."""
-        return self.proc.wait(timeout)
+        code = self.proc.wait(timeout)
+        self._close_log()
+        return code
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM, wait up to `timeout`, then SIGKILL. Returns the exit code (None if never
