@@ -218,15 +218,21 @@ def _build_config(raw: dict[str, Any], problems: list[str]) -> Config:
         if key not in _SECTIONS:
             problems.append(f"{key}: unknown key (expected one of {', '.join(_SECTIONS)})")
     for name, cls in _SECTIONS.items():
-        if name not in raw:
+        if name == "backend":  # always built: the backend supplies default shards
+            kwargs[name] = _build_backend(raw.get(name, {}), problems)
+        elif name not in raw:
             continue
-        if name == "backend":
-            kwargs[name] = _build_backend(raw[name], problems)
         elif isinstance(cls, type) and dataclasses.is_dataclass(cls):
             kwargs[name] = build_section(cls, raw[name], name, problems)
         else:
             kwargs[name] = _coerce(raw[name], _hint(Config, name), name, problems, None)
     config = Config(**kwargs)
+    if config.admin.password_hash:
+        from pinlater.passwords import parse_password_hash
+        try:
+            parse_password_hash(config.admin.password_hash)
+        except ValueError as exc:
+            problems.append(f"admin.password_hash: {exc} (make one with `pinlater hash-password`)")
     if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         problems.append(f"log_level: {config.log_level!r} is not a log level")
     return config

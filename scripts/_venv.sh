@@ -1,0 +1,16 @@
+# Sourced by scripts/serve and scripts/test: make sure ./.venv exists and holds this checkout
+# with the requested extras, reinstalling only when pyproject.toml changed.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${PINLATER_VENV:-$ROOT/.venv}"
+PYTHON="${PYTHON:-python3}"
+EXTRAS="${1:-}"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+fi
+STAMP="$VENV/.pinlater-installed${EXTRAS:+-$EXTRAS}"
+if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
+  "$VENV/bin/python" -m pip install --quiet --editable "$ROOT${EXTRAS:+[$EXTRAS]}"
+  touch "$STAMP"
+fi
