@@ -369,14 +369,14 @@ class SQLShard(Shard):
     def _filtered_ids(self, cur: Any, table: tuple[str, ...], state: JobState, limit: int,
                       body_filter: BodyFilter) -> list[int]:
         ids: list[int] = []
-        after = 0
+        ra, last = -_TOP - 1, 0
         while len(ids) < limit:
-            params = {"state": int(state), "after": after, "limit": FILTER_PAGE}
+            params = {"state": int(state), "ra": ra, "id": last, "limit": FILTER_PAGE}
             rows = self._run(cur, "page_by_state", table, params).fetchall()
-            ids.extend(local_id for local_id, body in rows if body_filter(bytes(body)))
+            ids.extend(row[0] for row in rows if body_filter(bytes(row[2])))
             if len(rows) < FILTER_PAGE:
                 break
-            after = rows[-1][0]
+            last, ra = rows[-1][0], rows[-1][1]
         return ids[:limit]
 
     # ---- janitor ----

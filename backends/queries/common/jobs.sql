@@ -14,9 +14,10 @@ VALUES (0, NULL, :attempts, :attempts, :status, :now, :now, :run_after, :body)
 
 -- name: claim_by_ids
 -- Move the PENDING jobs just selected by dequeue_select to IN_PROGRESS under one claim.
+-- (`+state` keeps the planner on the primary key instead of scanning a state index.)
 UPDATE {table}
 SET state = 1, claim = :claim, updated_at = :now
-WHERE local_id IN ({ids}) AND state = 0
+WHERE local_id IN ({ids}) AND +state = 0
 
 -- name: lookup_by_ids
 -- Full records of the given jobs; the body only when :with_body is 1.
@@ -62,15 +63,15 @@ ORDER BY run_after DESC, local_id DESC
 LIMIT :limit
 
 -- name: page_by_state
--- One page of (local_id, body) of jobs in :state after local id :after, oldest id first
--- (deleteJobs with a body filter examines these in Python).
-SELECT local_id, body
+-- One page of (local_id, run_after, body) of jobs in :state strictly after (:ra, :id) in
+-- (run_after, local_id) order (deleteJobs with a body filter examines these in Python).
+SELECT local_id, run_after, body
 FROM {table}
-WHERE state = :state AND local_id > :after
-ORDER BY local_id
+WHERE state = :state AND run_after >= :ra AND (run_after > :ra OR local_id > :id)
+ORDER BY run_after, local_id
 LIMIT :limit
 
 -- name: delete_by_ids
--- Delete the given jobs if they are still in :state.
+-- Delete the given jobs if they are still in :state (`+state`: look them up by primary key).
 DELETE FROM {table}
-WHERE local_id IN ({ids}) AND state = :state
+WHERE local_id IN ({ids}) AND +state = :state

@@ -4,6 +4,8 @@
 -- epoch ms, read once per primitive call. Status truncation keeps the newest :cap characters.
 -- SET clauses never read a column assigned earlier in the same clause (MySQL evaluates SET
 -- left to right; keeping attempts_remaining last keeps a port of these statements correct).
+-- Bounded statements pick their rows in a LIMITed subquery that carries the guard; the outer
+-- `+state` repeats it without letting the planner scan a state index instead of the id list.
 
 -- name: dequeue_select
 -- Eligible PENDING jobs, oldest run_after first then by id (claimed next by claim_by_ids).
@@ -55,7 +57,7 @@ WHERE local_id = :id AND state = 1
 UPDATE {table}
 SET state = 0, run_after = COALESCE(:run_after, :now), claim = NULL, updated_at = :now,
     attempts_remaining = :remaining
-WHERE state = 3 AND local_id IN (
+WHERE +state = 3 AND local_id IN (
     SELECT local_id FROM {table} WHERE state = 3 ORDER BY run_after, local_id LIMIT :limit)
 
 -- name: reclaim_fail
@@ -63,7 +65,7 @@ WHERE state = 3 AND local_id IN (
 -- -> FAILED with none left.
 UPDATE {table}
 SET state = 3, updated_at = :now, attempts_remaining = 0
-WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining <= 1 AND local_id IN (
+WHERE +state = 1 AND local_id IN (
     SELECT local_id FROM {table}
     WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining <= 1
     ORDER BY updated_at LIMIT :limit)
@@ -74,7 +76,7 @@ WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining <= 1 AND local_i
 UPDATE {table}
 SET state = 0, run_after = :now, claim = NULL, updated_at = :now,
     attempts_remaining = attempts_remaining - 1
-WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining > 1 AND local_id IN (
+WHERE +state = 1 AND local_id IN (
     SELECT local_id FROM {table}
     WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining > 1
     ORDER BY updated_at LIMIT :limit)
@@ -82,12 +84,12 @@ WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining > 1 AND local_id
 -- name: purge
 -- Delete up to :limit jobs in terminal :state last updated before :cutoff.
 DELETE FROM {table}
-WHERE state = :state AND updated_at < :cutoff AND local_id IN (
+WHERE +state = :state AND local_id IN (
     SELECT local_id FROM {table}
     WHERE state = :state AND updated_at < :cutoff ORDER BY updated_at LIMIT :limit)
 
 -- name: delete_by_state
--- Delete up to :limit jobs in :state, oldest id first.
+-- Delete up to :limit jobs in :state, oldest run_after first then by id.
 DELETE FROM {table}
-WHERE state = :state AND local_id IN (
-    SELECT local_id FROM {table} WHERE state = :state ORDER BY local_id LIMIT :limit)
+WHERE +state = :state AND local_id IN (
+    SELECT local_id FROM {table} WHERE state = :state ORDER BY run_after, local_id LIMIT :limit)
