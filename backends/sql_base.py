@@ -181,6 +181,10 @@ class SQLShard(Shard):
         """Insert rows with `sql` (enqueue_insert) and return their new local ids in order."""
 
     # ---- helpers ----
+    def _require_queue(self, cur: Any, queue: str) -> None:
+        """Raise QueueNotFound for a call that has nothing to do on a missing queue."""
+        self._job_table(cur, queue, 1)
+
     def _sql(self, name: str, table: tuple[str, ...], ids: int = 0) -> str:
         return self.queries.render(name, ids=ids, table=table)
 
@@ -209,6 +213,8 @@ class SQLShard(Shard):
         cap = self.limits.status_cap
         with self._write() as cur:
             now = self._tx_now(cur)
+            if not jobs:
+                self._require_queue(cur, queue)
             for priority, indexes in by_priority.items():
                 table = self._job_table(cur, queue, priority)
                 rows = [{"attempts": jobs[i].attempts_allowed,
@@ -247,6 +253,8 @@ class SQLShard(Shard):
         applied = 0
         with self._write() as cur:
             now = self._tx_now(cur)
+            if not succeeded and not failed:
+                self._require_queue(cur, queue)
             for name, acks in (("ack_success", succeeded), ("ack_failure", failed)):
                 for priority, group in _by_priority(acks).items():
                     table = self._job_table(cur, queue, priority)
@@ -262,6 +270,8 @@ class SQLShard(Shard):
         applied = 0
         with self._write() as cur:
             now = self._tx_now(cur)
+            if not checkpoints:
+                self._require_queue(cur, queue)
             for priority, group in _by_priority(checkpoints).items():
                 table = self._job_table(cur, queue, priority)
                 rows = [{"id": c.local_id, "now": now, "cap": cap,
@@ -282,6 +292,8 @@ class SQLShard(Shard):
             by_priority[priority].append(local_id)
         records: dict[tuple[int, int], JobRecord] = {}
         with self._read() as cur:
+            if not refs:
+                self._require_queue(cur, queue)
             for priority, ids in by_priority.items():
                 table = self._job_table(cur, queue, priority)
                 rows = self._by_ids(cur, "lookup_by_ids", table, ids,
@@ -294,6 +306,7 @@ class SQLShard(Shard):
         total = 0
         with self._read() as cur:
             now = self._tx_now(cur)
+            self._require_queue(cur, queue)
             for priority in priorities:
                 if total >= cap:
                     break
@@ -312,6 +325,8 @@ class SQLShard(Shard):
         records: list[JobRecord] = []
         with self._read() as cur:
             now = self._tx_now(cur)
+            if not bounds:
+                self._require_queue(cur, queue)
             for priority, bound in bounds.items():
                 table = self._job_table(cur, queue, priority)
                 pages = self._scan_pages(cur, table, state, future, now, bound,

@@ -105,6 +105,12 @@ PRIMITIVES = {
     "delete_jobs": lambda s: s.delete_jobs("nope", JobState.PENDING, 1, 10, None),
     "reclaim_expired": lambda s: s.reclaim_expired("nope", 1, 1000, 10),
     "purge": lambda s: s.purge("nope", 1, JobState.SUCCEEDED, 1000, 10),
+    "empty_enqueue": lambda s: s.enqueue("nope", []),
+    "empty_ack": lambda s: s.ack("nope", [], []),
+    "empty_checkpoint": lambda s: s.checkpoint("nope", []),
+    "empty_lookup": lambda s: s.lookup("nope", [], True),
+    "capped_count": lambda s: s.count("nope", JobState.PENDING, [1], False, 0, None),
+    "empty_scan": lambda s: s.scan("nope", JobState.PENDING, {}, False, 10, None),
 }
 
 
@@ -566,3 +572,64 @@ def test_every_named_query_has_a_description_and_identifiers_are_validated():
 def test_named_query_files_reject_blocks_without_a_description():
     with pytest.raises(ValueError):
         parse_named_queries("-- name: x\nSELECT 1\n")
+
+
+# ---------------------------------------------------------------- paging, atomicity, races
+
+
+def test_scan_pages_chained_by_their_last_record_visit_every_job_once(shard):
+    for i in range(25):
+        enqueue(shard, b"x", run_after_ms=T0_MS - (i % 4))  # many ties on run_after
+    seen, bound = [], None
+    for _ in range(20):  # bounded
+        page = shard.scan("q", JobState.PENDING, {1: bound}, False, 4, None)
+        if not page:
+            break
+        seen.extend((r.run_after_ms, r.local_id) for r in page)
+        bound = ScanBound(page[-1].run_after_ms, page[-1].local_id)
+    assert len(seen) == 25 and len(set(seen)) == 25
+    assert seen == sorted(seen, reverse=True)
+
+
+def test_delete_jobs_with_a_filter_pages_past_the_first_page(shard):
+    enqueue(shard, *[b"keep"] * 150 + [b"drop"] * 60)
+    assert shard.delete_jobs("q", JobState.PENDING, 1, 1000, lambda b: b == b"drop") == 60
+    assert shard.count("q", JobState.PENDING, [1], False, 1000, None) == 150
+
+
+def test_an_enqueue_that_fails_part_way_stores_nothing(shard):
+    with pytest.raises(ShardError):
+        shard.enqueue("q", [NewJob(b"ok", priority=1), NewJob(b"bad", priority=4)])
+    assert shard.count("q", JobState.PENDING, [1], False, 10, None) == 0
+    assert enqueue(shard, b"next") == [1]
+
+
+def test_acks_racing_the_reclaimer_move_each_job_exactly_once(tmp_path, clock):
+    shard = open_shard(tmp_path, clock)
+    shard.create_queue("race")
+    shard.enqueue("race", [NewJob(b"x", attempts_allowed=3) for _ in range(400)])
+    jobs = shard.dequeue("race", 1, 400, new_claim(SOURCE))
+    clock.advance_ms(10_000)
+    acked, reclaimed = [], []
+
+    def acker():
+        for start in range(0, 400, 10):
+            acked.append(shard.ack("race", [Ack(1, j.local_id, ClaimMatch(SOURCE))
+                                            for j in jobs[start:start + 10]], []))
+
+    def reclaimer():
+        for _ in range(100):  # bounded
+            counts = shard.reclaim_expired("race", 1, 5_000, 7)
+            reclaimed.append(counts.retried + counts.failed)
+
+    threads = [threading.Thread(target=acker), threading.Thread(target=reclaimer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    succeeded = shard.count("race", JobState.SUCCEEDED, [1], False, 1000, None)
+    pending = shard.count("race", JobState.PENDING, [1], False, 1000, None)
+    shard.close()
+    assert sum(acked) == succeeded
+    assert sum(reclaimed) == pending
+    assert succeeded + pending == 400
