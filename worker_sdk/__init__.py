@@ -1,4 +1,4 @@
-"""PinLater worker SDK: the typed client (and, later, the worker framework built on it)."""
+"""PinLater worker SDK: the typed client and the worker framework built on it."""
 
 from worker_sdk.client import PinLaterClient
 from worker_sdk.errors import (
@@ -15,10 +15,15 @@ from worker_sdk.models import (
     JobInfo,
     JobState,
 )
+from worker_sdk.job import FailJob, JobContext, RetryJob
+from worker_sdk.retry import ConstantRetry, ExponentialRetry, FunctionRetry, RetryPolicy
 from worker_sdk.serverset import ServerSetError
+from worker_sdk.worker import Worker, WorkerStats
 
 __all__ = [
     "AckInfo", "Acks", "CheckpointRequest", "DequeuedJob", "Job", "JobInfo", "JobState",
     "PinLaterApplicationError", "PinLaterClient", "PinLaterError", "PinLaterTransportError",
     "ServerSetError",
+    "ConstantRetry", "ExponentialRetry", "FailJob", "FunctionRetry", "JobContext", "RetryJob",
+    "RetryPolicy", "Worker", "WorkerStats",
 ]

@@ -1,0 +1,459 @@
+"""Worker: dequeue jobs, run a handler on each in a thread pool, ack the outcome.
+
+Adopting it takes ten lines:
+
+    from worker_sdk import FailJob, PinLaterClient, RetryJob, Worker
+
+    def send_email(job):                        # job: worker_sdk.JobContext
+        address, _, text = job.body.decode().partition("\\n")
+        if not address:
+            raise FailJob("no address")         # FAILED now, no retries
+        if not mailer.send(address, text):
+            raise RetryJob(delay=30)            # failure ack, next attempt in 30 s
+
+    client = PinLaterClient(["127.0.0.1:9010"], service="email-worker")
+    Worker(client, "emails", send_email, concurrency=8).run()   # until SIGTERM / Ctrl-C
+
+What it guarantees, and how:
+* **Never more jobs than slots.** Each dequeue asks for exactly the number of free handler
+  slots (at most `max_batch`), so a claimed job never waits in a local buffer while its claim
+  ages.
+* **Acks ride on the next dequeue** with the claims the server handed out (the client sends
+  `DequeuedJob.claim` back as PinLaterJobAckInfo.claimDescriptor), so a stale ack cannot touch a
+  job another worker now holds. While the queue is idle they are sent on their own after
+  `ack_delay`. An ack that fails to send is put back and retried with backoff, never dropped:
+  a lost ack would only make the job run again after the claim timeout, but that is the waste
+  we promise not to cause. Resending is safe because claim-fenced acks are idempotent. The one
+  exception is QUEUE_NOT_FOUND (the queue was deleted with its jobs): those acks are dropped
+  with an error log.
+* **Backoff with jitter** when the queue is empty (`idle_backoff`), the server refuses the
+  dequeue (DEQUEUE_RATE_LIMITED; its piggy-backed acks were applied) or cannot be reached
+  (`error_backoff`); the client's failover picks another server if it has several. Backoff
+  resets on the first dequeue that returns jobs.
+* **Outcome -> ack**: see worker_sdk.job (return = success; RetryJob / any exception = failure
+  with a delay from the RetryPolicy; FailJob = FAILED now). The exception type and message go
+  into the custom status, truncated to `status_max_chars`.
+* **Heartbeats**: with `heartbeat=SECONDS` one batched, claim-fenced checkpoint per interval
+  extends the claim of every running job, so jobs longer than the server's claim timeout are
+  not handed to a second worker. Pick an interval well under the claim timeout.
+* **Graceful shutdown**: `stop()` (or SIGTERM / SIGINT when `run()` is on the main thread) stops
+  dequeuing, lets running handlers finish for up to `shutdown_timeout`, acks them (retrying for
+  up to `ack_flush_timeout` more) and returns. A second signal exits the process at once
+  (`os._exit(128 + signal)`); its unacked jobs come back after the claim timeout. Handlers run
+  on daemon threads, so a handler still running at the deadline does not keep the process alive;
+  its job also comes back after the claim timeout.
+* A dequeue whose reply is lost (server killed mid-call) leaves its jobs claimed until the claim
+  timeout: at-least-once, nothing lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_module
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from worker_sdk.client import PinLaterClient
+from worker_sdk.errors import DequeueRateLimited, PinLaterError, QueueNotFound
+from worker_sdk.job import FailJob, JobContext, RetryJob
+from worker_sdk.models import AckInfo, Acks, CheckpointRequest, DequeuedJob
+from worker_sdk.retry import ExponentialRetry, RetryPolicy, as_policy
+
+log = logging.getLogger("worker_sdk.worker")
+
+Handler = Callable[[JobContext], object]
+MAX_ACKS_PER_CALL = 1000  # well under the server's limits.max_jobs_per_request
+
+
+@dataclass
+class WorkerStats:
+    """Counters since the worker started (a snapshot; see Worker.stats())."""
+
+    started_at: float = field(default_factory=time.monotonic)
+    dequeued: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    rescheduled: int = 0
+    in_flight: int = 0
+    acks_pending: int = 0
+    acks_sent: int = 0
+    rpc_errors: int = 0
+
+    @property
+    def finished(self) -> int:
+        return self.succeeded + self.failed + self.rescheduled
+
+
+@dataclass
+class _Backoff:
+    """Exponential backoff with jitter between `low` and `high` seconds."""
+
+    low: float
+    high: float
+    streak: int = 0
+
+    def next(self) -> float:
+        full = min(self.high, self.low * 2 ** min(self.streak, 32))
+        self.streak += 1
+        return full * random.uniform(0.5, 1.0)
+
+    def reset(self) -> None:
+        self.streak = 0
+
+
+class Worker:
+    """Runs `handler` on the jobs of one queue; see the module docstring. Thread-safe."""
+
+    def __init__(self, client: PinLaterClient, queue: str, handler: Handler, *,
+                 concurrency: int = 4, retry: RetryPolicy | Callable | float | None = None,
+                 heartbeat: float | None = None, max_batch: int = 1000,
+                 idle_backoff: tuple[float, float] = (0.05, 1.0),
+                 error_backoff: tuple[float, float] = (0.1, 5.0), ack_delay: float = 0.02,
+                 shutdown_timeout: float = 30.0, ack_flush_timeout: float = 10.0,
+                 status_max_chars: int = 1000):
+        if concurrency < 1 or max_batch < 1 or status_max_chars < 20:
+            raise ValueError("need concurrency >= 1, max_batch >= 1, status_max_chars >= 20")
+        if heartbeat is not None and heartbeat <= 0:
+            raise ValueError("heartbeat must be > 0 seconds (or None for none)")
+        self.client, self.queue, self.handler = client, queue, handler
+        self.concurrency, self.max_batch = concurrency, max_batch
+        self.retry = ExponentialRetry() if retry is None else as_policy(retry)
+        self.heartbeat, self.ack_delay = heartbeat, ack_delay
+        self.shutdown_timeout, self.ack_flush_timeout = shutdown_timeout, ack_flush_timeout
+        self.status_max_chars = status_max_chars
+        self._idle, self._errors = _Backoff(*idle_backoff), _Backoff(*error_backoff)
+        self._cond = threading.Condition(threading.RLock())  # RLock: signal handlers re-enter
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        self._tasks: queue_module.SimpleQueue = queue_module.SimpleQueue()
+        self._running: dict[str, JobContext] = {}
+        self._acks_ok: list[AckInfo] = []
+        self._acks_failed: list[AckInfo] = []
+        self._first_ack_at: float | None = None
+        self._ack_retry_at = 0.0
+        self._next_dequeue = 0.0
+        self._stats = WorkerStats()
+        self._signals = 0
+
+    # ---- control ----
+
+    def run(self, *, handle_signals: bool = True) -> bool:
+        """Work until stop() (or a signal); returns True if every dequeued job was acked or
+        rescheduled, False if some were left for the claim timeout."""
+        previous = self._install_signals() if handle_signals else {}
+        threads = [threading.Thread(target=self._work, daemon=True,
+                                    name=f"pinlater-worker-{i}")
+                   for i in range(self.concurrency)]
+        if self.heartbeat:
+            threads.append(threading.Thread(target=self._heartbeat_loop, daemon=True,
+                                            name="pinlater-heartbeat"))
+        for thread in threads:
+            thread.start()
+        log.info("worker started: queue %s, concurrency %d", self.queue, self.concurrency)
+        try:
+            self._dequeue_loop()
+            return self._drain()
+        finally:
+            self._done.set()
+            for _ in range(self.concurrency):
+                self._tasks.put(None)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def start(self) -> threading.Thread:
+        """run() on a new thread (no signal handling); stop() and join it when done."""
+        thread = threading.Thread(target=self.run, kwargs={"handle_signals": False},
+                                  name="pinlater-worker-loop", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        """Stop dequeuing and start the graceful shutdown; returns at once."""
+        with self._cond:
+            self._stopping.set()
+            self._cond.notify_all()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def stats(self) -> WorkerStats:
+        with self._cond:
+            snapshot = WorkerStats(**{k: getattr(self._stats, k) for k in (
+                "started_at", "dequeued", "succeeded", "failed", "rescheduled", "acks_sent",
+                "rpc_errors")})
+            snapshot.in_flight = self._in_flight_locked()
+            snapshot.acks_pending = len(self._acks_ok) + len(self._acks_failed)
+            return snapshot
+
+    # ---- the dequeue loop (the thread that called run()) ----
+
+    def _dequeue_loop(self) -> None:
+        while True:
+            with self._cond:
+                action = self._next_action()
+                if action == "stop":
+                    return
+                limit = min(self.concurrency - self._in_flight_locked(), self.max_batch)
+                acks = self._take_acks()
+            if action == "dequeue":
+                self._dequeue(limit, acks)
+            else:
+                self._send_acks(acks)
+
+    def _next_action(self) -> str:
+        """Wait (lock held) until a dequeue or an ack flush is due, or we are stopping."""
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            free = self.concurrency - self._in_flight_locked()
+            if free > 0 and now >= self._next_dequeue:
+                return "dequeue"
+            ack_at = self._ack_due()
+            if ack_at is not None and now >= ack_at:
+                return "flush"
+            wake = [t for t in (self._next_dequeue if free > 0 else None, ack_at)
+                    if t is not None]
+            self._cond.wait(min(min(wake) - now, 1.0) if wake else 1.0)
+        return "stop"
+
+    def _dequeue(self, limit: int, acks: tuple[list, list]) -> None:
+        try:
+            jobs = self.client.dequeue(self.queue, limit, Acks(tuple(acks[0]), tuple(acks[1])))
+        except DequeueRateLimited:
+            self._acks_delivered(acks)  # the server applies piggy-backed acks anyway
+            self._schedule_dequeue(self._idle.next())
+            return
+        except PinLaterError as exc:
+            self._rpc_failed("dequeue", exc, acks)
+            return
+        self._acks_delivered(acks)
+        self._errors.reset()
+        if jobs:
+            self._idle.reset()
+            self._submit(jobs)
+        else:
+            self._schedule_dequeue(self._idle.next())
+
+    def _send_acks(self, acks: tuple[list, list]) -> None:
+        try:
+            self.client.ack(self.queue, acks[0], acks[1])
+        except PinLaterError as exc:
+            self._rpc_failed("ack", exc, acks)
+            return
+        self._acks_delivered(acks)
+
+    def _rpc_failed(self, what: str, exc: PinLaterError, acks: tuple[list, list]) -> None:
+        delay = self._errors.next()
+        with self._cond:
+            self._stats.rpc_errors += 1
+            self._next_dequeue = max(self._next_dequeue, time.monotonic() + delay)
+            if isinstance(exc, QueueNotFound):
+                if acks[0] or acks[1]:
+                    log.error("queue %s does not exist: dropping %d acks (%s)", self.queue,
+                              len(acks[0]) + len(acks[1]),
+                              ", ".join(a.descriptor for a in acks[0] + acks[1]))
+            else:
+                self._restore_acks(acks)
+                self._ack_retry_at = time.monotonic() + delay
+        log.warning("%s on queue %s failed (%s); retrying in %.2fs", what, self.queue,
+                    exc, delay)
+
+    def _schedule_dequeue(self, delay: float) -> None:
+        with self._cond:
+            self._next_dequeue = time.monotonic() + delay
+
+    def _submit(self, jobs: list[DequeuedJob]) -> None:
+        with self._cond:
+            self._stats.dequeued += len(jobs)
+            for job in jobs:
+                context = JobContext(self.client, self.queue, job, self._stopping)
+                self._running[job.descriptor] = context
+                self._tasks.put(context)
+
+    # ---- acks (lock held unless noted) ----
+
+    def _in_flight_locked(self) -> int:
+        return len(self._running)
+
+    def _ack_due(self) -> float | None:
+        if not (self._acks_ok or self._acks_failed):
+            return None
+        delay = 0.0 if self._stopping.is_set() else self.ack_delay
+        return max(self._first_ack_at + delay, self._ack_retry_at)
+
+    def _take_acks(self) -> tuple[list, list]:
+        ok, failed = self._acks_ok[:MAX_ACKS_PER_CALL], self._acks_failed[:MAX_ACKS_PER_CALL]
+        del self._acks_ok[:MAX_ACKS_PER_CALL], self._acks_failed[:MAX_ACKS_PER_CALL]
+        if not (self._acks_ok or self._acks_failed):
+            self._first_ack_at = None
+        return ok, failed
+
+    def _restore_acks(self, acks: tuple[list, list]) -> None:
+        if acks[0] or acks[1]:
+            self._acks_ok[:0], self._acks_failed[:0] = acks
+            self._first_ack_at = time.monotonic()
+
+    def _acks_delivered(self, acks: tuple[list, list]) -> None:
+        """Not under the lock."""
+        if acks[0] or acks[1]:
+            with self._cond:
+                self._stats.acks_sent += len(acks[0]) + len(acks[1])
+
+    def _add_ack(self, ack: AckInfo | None, ok: bool) -> None:
+        if ack is not None:
+            (self._acks_ok if ok else self._acks_failed).append(ack)
+            if self._first_ack_at is None:
+                self._first_ack_at = time.monotonic()
+
+    # ---- handler threads ----
+
+    def _work(self) -> None:
+        while True:
+            context = self._tasks.get()
+            if context is None:
+                return
+            if self._done.is_set():
+                continue  # past the shutdown deadline: leave it to the claim timeout
+            ack, ok = self._execute(context)
+            with self._cond:
+                self._running.pop(context.descriptor, None)
+                self._add_ack(ack, ok)
+                if context.released:
+                    self._stats.rescheduled += 1
+                elif ok:
+                    self._stats.succeeded += 1
+                else:
+                    self._stats.failed += 1
+                self._cond.notify_all()
+
+    def _execute(self, job: JobContext) -> tuple[AckInfo | None, bool]:
+        """Run the handler; returns the ack to send (None if the job was rescheduled)."""
+        try:
+            result = self.handler(job)
+        except BaseException as exc:  # noqa: BLE001 - every outcome must become an ack
+            if job.released:
+                log.warning("job %s raised %r after it was rescheduled", job.descriptor, exc)
+                return None, False
+            return self._failure(job, exc), False
+        if job.released:
+            return None, True
+        status = result if isinstance(result, str) else ""
+        return AckInfo(job.descriptor, claim=job.claim,
+                       append_status=self._truncate(status)), True
+
+    def _failure(self, job: JobContext, exc: BaseException) -> AckInfo:
+        if isinstance(exc, FailJob):
+            delay = 0.0
+            self._make_last_attempt(job)
+        elif isinstance(exc, RetryJob) and exc.delay is not None:
+            delay = exc.delay
+        else:
+            delay = self._policy_delay(job, exc)
+        if not isinstance(exc, (RetryJob, FailJob)):
+            log.warning("job %s failed (attempt %d): %s: %s", job.descriptor, job.attempt,
+                        type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        status = self._truncate(f"attempt {job.attempt}: {type(exc).__name__}: {exc}; ")
+        return AckInfo(job.descriptor, claim=job.claim, append_status=status,
+                       retry_delay_ms=max(0, int(delay * 1000)))
+
+    def _policy_delay(self, job: JobContext, exc: BaseException) -> float:
+        try:
+            return max(0.0, float(self.retry.delay(job, exc)))
+        except Exception:  # noqa: BLE001 - a broken policy must not lose the ack
+            log.exception("retry policy failed for job %s; retrying without delay",
+                          job.descriptor)
+            return 0.0
+
+    def _make_last_attempt(self, job: JobContext) -> None:
+        """FailJob: set attempts to 1 (fenced checkpoint) so the failure ack makes it FAILED."""
+        if job.is_last_attempt:
+            return
+        for pause in (0.2, 1.0, None):
+            try:
+                job.checkpoint(attempts=1)
+                return
+            except PinLaterError as exc:
+                if pause is None or self._done.is_set():
+                    log.warning("FailJob %s: could not mark it final (%s); it keeps its "
+                                "remaining attempts", job.descriptor, exc)
+                    return
+                time.sleep(pause)
+
+    def _truncate(self, text: str) -> str:
+        limit = self.status_max_chars
+        return text if len(text) <= limit else text[:limit - 3] + "..."
+
+    # ---- heartbeats ----
+
+    def _heartbeat_loop(self) -> None:
+        while not self._done.wait(self.heartbeat):
+            with self._cond:
+                requests = [CheckpointRequest(c.descriptor, claim=c.claim)
+                            for c in self._running.values() if not c.released]
+            for start in range(0, len(requests), MAX_ACKS_PER_CALL):
+                try:
+                    self.client.checkpoint(self.queue, requests[start:start + MAX_ACKS_PER_CALL])
+                except PinLaterError as exc:
+                    log.warning("heartbeat for %d jobs failed: %s", len(requests), exc)
+
+    # ---- shutdown ----
+
+    def _drain(self) -> bool:
+        """Wait for running handlers (bounded), then flush acks (bounded)."""
+        deadline = time.monotonic() + self.shutdown_timeout
+        log.info("stopping: waiting up to %.1fs for %d running jobs", self.shutdown_timeout,
+                 self.stats().in_flight)
+        self._flush_until(deadline, wait_for_handlers=True)
+        with self._cond:
+            abandoned = sorted(self._running)
+        if abandoned:
+            log.warning("%d jobs still running at the shutdown deadline; they come back after "
+                        "the claim timeout: %s", len(abandoned), ", ".join(abandoned))
+        self._done.set()
+        self._flush_until(time.monotonic() + self.ack_flush_timeout, wait_for_handlers=False)
+        with self._cond:
+            unsent = [a.descriptor for a in self._acks_ok + self._acks_failed]
+        if unsent:
+            log.error("could not send %d acks before exiting; those jobs run again after the "
+                      "claim timeout: %s", len(unsent), ", ".join(unsent))
+        log.info("worker stopped: %s", self.stats())
+        return not abandoned and not unsent
+
+    def _flush_until(self, deadline: float, *, wait_for_handlers: bool) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    busy = wait_for_handlers and self._running
+                    ack_at = self._ack_due()
+                    if now >= deadline or (not busy and ack_at is None):
+                        return
+                    if ack_at is not None and now >= ack_at:
+                        break
+                    until = deadline if ack_at is None else min(ack_at, deadline)
+                    self._cond.wait(min(until - now, 1.0))
+                acks = self._take_acks()
+            self._send_acks(acks)
+
+    def _install_signals(self) -> dict:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM,
+                                                                     signal.SIGINT)}
+
+    def _on_signal(self, signum: int, frame) -> None:
+        self._signals += 1
+        name = signal.Signals(signum).name
+        if self._signals > 1:
+            log.warning("%s again: exiting now; unacked jobs come back after the claim "
+                        "timeout", name)
+            logging.shutdown()
+            os._exit(128 + signum)
+        log.warning("%s: no more dequeues; finishing running jobs (up to %.0fs); send it again "
+                    "to exit at once", name, self.shutdown_timeout)
+        self.stop()
