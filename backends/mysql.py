@@ -1,0 +1,439 @@
+"""The MySQL/MariaDB backend: the shared SQL shard over pymysql, one DBUtils pool per instance.
+
+Shard map (YAML `backend.shards`, one entry per MySQL instance): name, host, port, user,
+password, database_prefix (default "plq"), dequeue_only, pool_size, timeouts and
+`databases_per_queue` (default 1). An instance named "1" with databases_per_queue 3 serves the
+logical shards "1", "1d1", "1d2" (the original's naming), which share the instance's pool and
+dequeue_only flag. Layout and types: `queries/mysql/schema.sql`; transitions:
+`queries/mysql/transitions.sql`; pools, session settings and error mapping: `mysql_pool.py`.
+
+Dialect choices (the rest is `sql_base.SQLShard`):
+- Dequeue is `SELECT ... ORDER BY <index order> LIMIT n FOR UPDATE SKIP LOCKED` then
+  `UPDATE ... WHERE local_id IN (...) AND state = 0` in one transaction, so concurrent dequeuers
+  never wait for each other; servers without SKIP LOCKED get the original `UPDATE ... LIMIT`.
+- Enqueue is one multi-row INSERT per priority (split only to stay under max_allowed_packet).
+  Ids come from `INSERT ... RETURNING local_id` where the server has it (MariaDB >= 10.5). Else
+  LAST_INSERT_ID() + row index, which is only right when the insert's ids are consecutive:
+  innodb_autoinc_lock_mode 0 or 1 guarantees that for a multi-row INSERT of known row count
+  (a "simple insert"); mode 2 ("interleaved", MySQL 8's default) does not, so there rows are
+  inserted one statement each (still one transaction). MariaDB 10.11 defaults to mode 1.
+- Acks sharing status, delay and claim are applied as one `UPDATE ... WHERE local_id IN (...)`.
+- Eligibility and claim expiry use the server clock (`NOW(3)` read inside the transaction) plus
+  the shard's clock_offset_ms.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymysql
+
+from backends.mysql_pool import InstancePool, InstanceSettings, PoolRegistry, translate
+from backends.sql_base import QueryBook, SQLDialect, SQLShard, _match_params
+from pinlater.backend import Backend, ShardSpec, StorageLimits
+from pinlater.config import ConfigError, _range, parse_shard_list
+from pinlater.errors import ShardError
+from pinlater.job_descriptor import SHARD_NAME_PATTERN
+from pinlater.models import Ack, ClaimMatch, DequeuedJob
+
+MYSQL = SQLDialect(name="mysql", param_format="%({})s", quote_char="`")
+#: MySQL identifiers (database names) are at most 64 characters
+MAX_IDENTIFIER = 64
+#: bytes an INSERT statement may use beyond its rows' escaped values
+_STATEMENT_SLACK = 64 * 1024
+_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9]{0,15}", re.ASCII)
+_VALUES_PARAM = re.compile(r"%\((\w+)\)s")
+
+
+@dataclass(frozen=True)
+class MySQLInstanceSpec:
+    """One MySQL instance as written in the YAML shard list (expanded into logical shards)."""
+
+    name: str
+    dequeue_only: bool = False
+    host: str = "127.0.0.1"
+    port: int = field(default=3306, metadata=_range(1, 65535))
+    user: str = "root"
+    password: str | None = None
+    database_prefix: str = "plq"
+    databases_per_queue: int = field(default=1, metadata=_range(1, 100))
+    pool_size: int = field(default=16, metadata=_range(1, 1000))
+    connect_timeout_seconds: float = field(default=1.0, metadata=_range(0.01, 600))
+    read_timeout_seconds: float = field(default=10.0, metadata=_range(0.01, 3600))
+    write_timeout_seconds: float = field(default=10.0, metadata=_range(0.01, 3600))
+
+
+@dataclass(frozen=True, slots=True)
+class MySQLShardSpec(ShardSpec):
+    """One logical shard: database `db_index` of every queue on instance `instance`."""
+
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "root"
+    password: str | None = None
+    database_prefix: str = "plq"
+    pool_size: int = 16
+    connect_timeout_seconds: float = 1.0
+    read_timeout_seconds: float = 10.0
+    write_timeout_seconds: float = 10.0
+    instance: str = ""
+    db_index: int = 0
+
+    def settings(self) -> InstanceSettings:
+        """The instance's connection settings: the pool key (dequeue_only is not part of it)."""
+        return InstanceSettings(
+            host=self.host, port=self.port, user=self.user, password=self.password,
+            pool_size=self.pool_size, connect_timeout_seconds=self.connect_timeout_seconds,
+            read_timeout_seconds=self.read_timeout_seconds,
+            write_timeout_seconds=self.write_timeout_seconds)
+
+
+def logical_shards(instance: MySQLInstanceSpec) -> list[MySQLShardSpec]:
+    """The instance's shards: "<name>" for database 0, "<name>d<i>" for the others."""
+    common = {k: getattr(instance, k) for k in (
+        "dequeue_only", "host", "port", "user", "password", "database_prefix", "pool_size",
+        "connect_timeout_seconds", "read_timeout_seconds", "write_timeout_seconds")}
+    return [MySQLShardSpec(name=instance.name if i == 0 else f"{instance.name}d{i}",
+                           instance=instance.name, db_index=i, **common)
+            for i in range(instance.databases_per_queue)]
+
+
+class MySQLBackend(Backend):
+    kind = "mysql"
+    #: pools are keyed by connection settings and refcounted, so shards come and go freely
+    supports_shard_reload = True
+    uses_storage_clock = True
+
+    #: backend options accepted (and ignored) so generic env overrides do not break MySQL configs
+    _IGNORED_OPTIONS = ("data_dir",)
+
+    def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
+        super().__init__(options, limits)
+        self.pools = PoolRegistry()
+        self._prefixes: dict[str, str] = {}
+
+    @classmethod
+    def parse_options(cls, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
+        problems = [f"{path}.{key}: unknown key (MySQL takes its settings per shard)"
+                    for key in raw if key not in cls._IGNORED_OPTIONS]
+        if problems:
+            raise ConfigError(problems)
+        return {}
+
+    @classmethod
+    def parse_shards(cls, raw: Any, options: Mapping[str, Any], path: str) -> list[ShardSpec]:
+        instances = parse_shard_list(MySQLInstanceSpec, raw, path,
+                                     default=[{"name": "1"}])
+        problems: list[str] = []
+        specs: list[MySQLShardSpec] = []
+        for i, instance in enumerate(instances):
+            if not _PREFIX.fullmatch(instance.database_prefix):
+                problems.append(f"{path}[{i}].database_prefix: {instance.database_prefix!r} "
+                                "must be 1-16 ASCII letters or digits, starting with a letter")
+            for spec in logical_shards(instance):
+                if not re.fullmatch(SHARD_NAME_PATTERN, spec.name, re.ASCII):
+                    problems.append(f"{path}[{i}].databases_per_queue: shard name "
+                                    f"{spec.name!r} would be longer than 32 characters")
+                specs.append(spec)
+        names = [s.name for s in specs]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            problems.append(f"{path}: logical shard name {name!r} is produced twice "
+                            "(an instance name collides with another's '<name>d<i>' shard)")
+        databases = [(s.host, s.port, s.database_prefix, s.name) for s in specs]
+        if len(set(databases)) != len(databases):
+            problems.append(f"{path}: two shards would use the same databases")
+        if problems:
+            raise ConfigError(problems)
+        return list(specs)
+
+    def open_shard(self, spec: ShardSpec) -> MySQLShard:
+        assert isinstance(spec, MySQLShardSpec), spec
+        self._prefixes[spec.name] = spec.database_prefix
+        return MySQLShard(spec, self.limits, self.pools)
+
+    def queue_name_limit(self, shard_names: Sequence[str]) -> int | None:
+        """64 minus the longest `<prefix>_<shard>_` of the given shards."""
+        longest = max((len(f"{self._prefixes.get(name, 'plq')}_{name}_")
+                       for name in shard_names), default=len("plq__"))
+        return MAX_IDENTIFIER - longest
+
+    def close(self) -> None:
+        self.pools.close()
+
+
+class MySQLShard(SQLShard):
+    """One logical shard (one database per queue on one instance)."""
+
+    dialect = MYSQL
+    queries = QueryBook(MYSQL)
+
+    def __init__(self, spec: MySQLShardSpec, limits: StorageLimits, registry: PoolRegistry):
+        super().__init__(spec, limits)
+        self._registry = registry
+        self._pool: InstancePool | None = registry.acquire(spec.settings())
+        self._db_prefix = f"{spec.database_prefix}_{spec.name}_"
+        self._db_name = re.compile(re.escape(self._db_prefix) + r"([A-Za-z0-9_]+)", re.ASCII)
+
+    # ---- identifiers: the ONE place queue names become database/table names ----
+    def database(self, queue: str) -> str:
+        """`<prefix>_<shard>_<queue>`; SQLDialect.quote validates and backtick-quotes it."""
+        return self._db_prefix + queue
+
+    def _queue_of(self, database: str) -> str | None:
+        match = self._db_name.fullmatch(database)
+        return match.group(1) if match else None
+
+    def _job_table(self, cur: Any, queue: str, priority: int) -> tuple[str, ...]:
+        # No existence check (a round trip): a missing queue surfaces as error 1146 on the
+        # first statement and is translated to QueueNotFound.
+        return (self.database(queue), f"jobs_p{int(priority)}")
+
+    # ---- connections and transactions ----
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        pool = self._pool
+        if pool is None:
+            raise ShardError(self.name, "shard is closed", retriable=False)
+        try:
+            conn = pool.connection()
+        except pymysql.err.Error as exc:
+            raise self._translate(exc) from exc
+        try:
+            yield conn
+        finally:
+            conn.close()  # back to the pool
+
+    @contextmanager
+    def _transaction(self, read_only: bool) -> Iterator[Any]:
+        """One transaction, committed when the block succeeds, else rolled back; pymysql errors
+        leave as ShardError/StorageFull/QueueNotFound, anything else unchanged."""
+        with self._connection() as conn:
+            cur = conn.cursor()
+            try:
+                if read_only:  # one snapshot for every statement (sessions are READ COMMITTED)
+                    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+                else:
+                    conn.begin()
+                yield cur
+                conn.commit()
+            except pymysql.err.Error as exc:
+                _rollback(conn)
+                raise self._translate(exc) from exc
+            except BaseException:
+                _rollback(conn)
+                raise
+            finally:
+                cur.close()
+
+    def _write(self):
+        return self._transaction(read_only=False)
+
+    def _read(self):
+        return self._transaction(read_only=True)
+
+    def _translate(self, exc: Exception) -> Exception:
+        return translate(self.name, exc, self._queue_of)
+
+    def _ddl(self, statements: Sequence[str]) -> None:
+        with self._connection() as conn:
+            cur = conn.cursor()
+            try:
+                for sql in statements:
+                    cur.execute(sql)
+            except pymysql.err.Error as exc:
+                raise self._translate(exc) from exc
+            finally:
+                cur.close()
+
+    # ---- clock ----
+    def _tx_now(self, cur: Any) -> int:
+        cur.execute(self.queries.render("server_now"))
+        return int(cur.fetchone()[0]) + self.clock_offset_ms
+
+    def now_ms(self) -> int:
+        with self._read() as cur:
+            return self._tx_now(cur)
+
+    # ---- enqueue ----
+    def _insert_jobs(self, cur: Any, sql: str, rows: list[dict[str, Any]]) -> list[int]:
+        info = self._pool.info(cur)
+        head, _, values = sql.rpartition("VALUES")
+        if not head:
+            raise ValueError("enqueue_insert must end with a VALUES (...) row")
+        budget = max(info.max_allowed_packet - _STATEMENT_SLACK, 1)
+        ids: list[int] = []
+        for chunk in _packet_chunks(rows, budget):
+            if info.returning:
+                cur.execute(*_multi_row(head, values, chunk, " RETURNING local_id"))
+                ids.extend(row[0] for row in cur.fetchall())
+            elif info.autoinc_lock_mode in (0, 1):
+                cur.execute(*_multi_row(head, values, chunk, ""))
+                first = cur.lastrowid  # LAST_INSERT_ID(): the first row's id
+                ids.extend(range(first, first + len(chunk)))
+            else:
+                for row in chunk:
+                    cur.execute(sql, row)
+                    ids.append(cur.lastrowid)
+        if len(ids) != len(rows):
+            raise ShardError(self.name, f"insert returned {len(ids)} ids for {len(rows)} jobs",
+                             retriable=False)
+        return ids
+
+    # ---- dequeue ----
+    def dequeue(self, queue: str, priority: int, limit: int,
+                claim: str | None) -> list[DequeuedJob]:
+        if claim is None:
+            with self._read() as cur:
+                table = self._job_table(cur, queue, priority)
+                params = {"now": self._tx_now(cur), "limit": limit}
+                rows = self._run(cur, "dequeue_peek", table, params).fetchall()
+        else:
+            with self._write() as cur:
+                rows = self._claim(cur, queue, priority, limit, claim)
+        return [DequeuedJob(priority=priority, local_id=r[0], body=bytes(r[1]),
+                            attempts_allowed=r[2], attempts_remaining=r[3], claim=claim)
+                for r in rows]
+
+    def _claim(self, cur: Any, queue: str, priority: int, limit: int, claim: str) -> list:
+        table = self._job_table(cur, queue, priority)
+        now = self._tx_now(cur)
+        params = {"now": now, "limit": limit, "claim": claim}
+        if not self._pool.info(cur).skip_locked:
+            claimed = self._run(cur, "dequeue_claim_limit", table, params).rowcount
+            return self._run(cur, "dequeue_claimed", table, params).fetchall() if claimed else []
+        rows = self._run(cur, "dequeue_select", table, params).fetchall()
+        if rows:
+            changed = self._by_ids(cur, "claim_by_ids", table, [r[0] for r in rows], params)[0]
+            if changed != len(rows):  # the rows are locked by us: cannot happen, never hide it
+                raise ShardError(self.name, f"claimed {changed} of {len(rows)} locked jobs")
+        return rows
+
+    # ---- acks ----
+    def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
+        """As SQLShard.ack, with one statement per group of acks sharing status, retry delay
+        and claim (a worker acking a dequeued batch sends one claim for all of it)."""
+        cap = self.limits.status_cap
+        applied = 0
+        with self._write() as cur:
+            now = self._tx_now(cur)
+            for name, acks in (("ack_success_ids", succeeded), ("ack_failure_ids", failed)):
+                groups: dict[tuple, list[int]] = defaultdict(list)
+                for a in acks:
+                    key = (a.priority, a.append_status or "", max(a.retry_delay_ms, 0),
+                           a.match.claim, a.match.source)
+                    groups[key].append(a.local_id)
+                for (priority, status, delay, claim, source), ids in groups.items():
+                    table = self._job_table(cur, queue, priority)
+                    params = {"status": status, "cap": cap, "now": now, "delay": delay,
+                              **_match_params(ClaimMatch(source, claim))}
+                    applied += self._by_ids(cur, name, table, ids, params)[0]
+        return applied
+
+    # ---- queues ----
+    def create_queue(self, queue: str) -> None:
+        db = self.database(queue)
+        self._ddl([self.queries.render("create_database", db=(db,))] + [
+            self.queries.render("create_job_table", table=(db, f"jobs_p{p}"))
+            for p in range(1, self.limits.num_priorities + 1)])
+
+    def delete_queue(self, queue: str) -> None:
+        self._ddl([self.queries.render("drop_database", db=(self.database(queue),))])
+
+    def queue_names(self) -> set[str]:
+        pattern = self._db_prefix.replace("_", "\\_") + "%"
+        with self._read() as cur:
+            cur.execute(self.queries.render("list_databases"), {"pattern": pattern})
+            names = [row[0] for row in cur.fetchall()]
+        return {queue for queue in map(self._queue_of, names) if queue is not None}
+
+    # ---- health ----
+    def ping(self) -> None:
+        with self._connection() as conn:
+            cur = conn.cursor()
+            try:
+                cur.execute("SELECT 1")
+                cur.fetchone()
+            except pymysql.err.Error as exc:
+                raise self._translate(exc) from exc
+            finally:
+                cur.close()
+
+    def durability_warnings(self) -> list[str]:
+        """innodb_flush_log_at_trx_commit != 1 (a mysqld crash loses accepted jobs), sync_binlog
+        != 1 with the binlog on, STATEMENT binlogs (incompatible with READ COMMITTED) and a
+        max_allowed_packet too small for a job at the body cap."""
+        try:
+            with self._read() as cur:
+                cur.execute("SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog,"
+                            " @@binlog_format, @@max_allowed_packet")
+                flush, log_bin, sync_binlog, binlog_format, packet = cur.fetchone()
+        except Exception as exc:  # noqa: BLE001 - reported as a warning, not raised
+            return [f"shard {self.name}: could not check MySQL durability settings ({exc}); "
+                    "make sure innodb_flush_log_at_trx_commit=1 (and sync_binlog=1 with a "
+                    "binlog)"]
+        return durability_problems(self.name, int(flush), bool(int(log_bin)), int(sync_binlog),
+                                   str(binlog_format), int(packet), self.limits.body_cap)
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            self._registry.release(pool)
+
+
+def durability_problems(shard: str, flush: int, log_bin: bool, sync_binlog: int,
+                        binlog_format: str, packet: int, body_cap: int) -> list[str]:
+    warnings = []
+    if flush != 1:
+        warnings.append(f"shard {shard}: innodb_flush_log_at_trx_commit={flush}: a mysqld "
+                        f"{'crash' if flush == 0 else 'host crash or power loss'} can lose "
+                        "about a second of accepted jobs; set it to 1")
+    if log_bin and sync_binlog != 1:
+        warnings.append(f"shard {shard}: sync_binlog={sync_binlog} with the binlog on: an OS "
+                        "crash can leave the binlog behind InnoDB (replicas lose jobs); set 1")
+    if log_bin and binlog_format.upper() == "STATEMENT":
+        warnings.append(f"shard {shard}: binlog_format=STATEMENT refuses writes under READ "
+                        "COMMITTED (which PinLater uses); set ROW or MIXED")
+    if packet < 2 * body_cap + _STATEMENT_SLACK:
+        warnings.append(f"shard {shard}: max_allowed_packet={packet} is too small for a job at "
+                        f"the body cap ({body_cap} bytes, up to twice that escaped); raise it")
+    return warnings
+
+
+def _multi_row(head: str, values: str, rows: list[dict[str, Any]],
+               tail: str) -> tuple[str, dict[str, Any]]:
+    """`head VALUES (row 0), (row 1) ... tail` with each row's parameters renamed `x_<i>`: one
+    statement, every value still a bound parameter."""
+    parts, params = [], {}
+    for i, row in enumerate(rows):
+        parts.append(_VALUES_PARAM.sub(lambda m, i=i: f"%({m.group(1)}_{i})s", values.strip()))
+        params.update({f"{key}_{i}": value for key, value in row.items()})
+    return f"{head}VALUES {', '.join(parts)}{tail}", params
+
+
+def _packet_chunks(rows: list[dict[str, Any]], budget: int) -> Iterator[list[dict[str, Any]]]:
+    """Consecutive runs of rows whose escaped size (at most twice the raw size) fits `budget`."""
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for row in rows:
+        row_size = 2 * len(row["body"]) + 4 * len(row["status"]) + 256
+        if chunk and size + row_size > budget:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(row)
+        size += row_size
+    if chunk:
+        yield chunk
+
+
+def _rollback(conn: Any) -> None:
+    try:
+        conn.rollback()
+    except Exception:  # noqa: BLE001 - the connection is reported with the original error
+        pass
+

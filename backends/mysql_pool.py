@@ -1,0 +1,188 @@
+"""Connections to MySQL/MariaDB instances: one lazy DBUtils pool per instance, shared by its
+logical shards, plus the translation of pymysql errors into the storage error contract.
+
+Why these choices:
+- Pools are created on first use and hold no connection until then (`mincached=0`), so opening a
+  shard never touches the network: a server starts with a dead shard and picks it up later.
+- Every connection gets its session pinned when it is (re)created, not trusting server config:
+  strict `sql_mode` (a too-long value is an error, never silently truncated), `time_zone
+  '+00:00'`, autocommit on (transactions are explicit), READ COMMITTED (no gap locks: enqueues
+  never wait behind a dequeue's range scan) and `CLIENT.FOUND_ROWS` (pymysql otherwise reports
+  rows *changed*, so a guarded UPDATE that writes identical values would look like a no-op).
+  READ COMMITTED needs `binlog_format` ROW or MIXED where the binlog is on (MariaDB's default).
+- Pools are keyed by the instance's connection settings and reference-counted: the db-shards of
+  one instance ("1", "1d1", ...) share one pool, and closing one shard (e.g. a hot reload that
+  drops it) does not close the pool its siblings still use.
+- What the server supports (SKIP LOCKED, INSERT ... RETURNING, consecutive auto-increment ids)
+  is read once per pool, on the first successful connection.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+from dbutils.pooled_db import PooledDB
+from pymysql.constants import CLIENT
+
+from pinlater.errors import QueueNotFound, ShardError, StorageFull
+
+SQL_MODE = ("STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,"
+            "NO_ENGINE_SUBSTITUTION")
+SESSION_SETUP = (
+    f"SET SESSION sql_mode = '{SQL_MODE}', time_zone = '+00:00'",
+    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+)
+
+#: connection lost/refused/timed out, server shutting down, too many connections, deadlock,
+#: lock wait timeout, query interrupted: the statement (or transaction) can be retried
+RETRIABLE_CODES = frozenset({
+    1040, 1053, 1205, 1213, 1927, 2002, 2003, 2005, 2006, 2011, 2012, 2013, 2014, 2027, 2055,
+})
+#: unknown database / table: the queue does not exist on this shard
+MISSING_CODES = frozenset({1049, 1146})
+#: table full, disk full, out of memory, "got error 28 (ENOSPC) from storage engine"
+FULL_CODES = frozenset({1021, 1037, 1038, 1041, 1114})
+_NO_SPACE = re.compile(r"errno: 28|error 28|No space left|disk full|is full", re.IGNORECASE)
+_MISSING_DB = re.compile(r"'([A-Za-z0-9_]+)(?:\.[A-Za-z0-9_]+)?'")
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSettings:
+    """How to reach one instance; equal settings share one pool."""
+
+    host: str
+    port: int
+    user: str
+    password: str | None
+    pool_size: int
+    connect_timeout_seconds: float
+    read_timeout_seconds: float
+    write_timeout_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What one server supports, read once from its first connection."""
+
+    version: str
+    skip_locked: bool  # SELECT ... FOR UPDATE SKIP LOCKED (MariaDB >= 10.6, MySQL >= 8.0.1)
+    returning: bool  # INSERT ... RETURNING (MariaDB >= 10.5)
+    autoinc_lock_mode: int
+    max_allowed_packet: int
+
+    @classmethod
+    def from_row(cls, version: str, lock_mode: int, packet: int) -> ServerInfo:
+        numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:3])
+        mariadb = "mariadb" in version.lower()
+        return cls(version=version, autoinc_lock_mode=int(lock_mode),
+                   max_allowed_packet=int(packet),
+                   skip_locked=numbers >= ((10, 6) if mariadb else (8, 0, 1)),
+                   returning=mariadb and numbers >= (10, 5))
+
+
+class InstancePool:
+    """A lazily created PooledDB for one instance, with the server's capabilities."""
+
+    def __init__(self, settings: InstanceSettings):
+        self.settings = settings
+        self.users = 0
+        self._lock = threading.Lock()
+        self._pool: PooledDB | None = None
+        self._info: ServerInfo | None = None
+        self.closed = False
+
+    def _create(self) -> PooledDB:
+        s = self.settings
+        # ping=1: a pooled connection is pinged when handed out and silently replaced if the
+        # server dropped it (e.g. after a restart); one round trip per request, not per job.
+        return PooledDB(
+            creator=pymysql, mincached=0, maxcached=s.pool_size, maxshared=0,
+            maxconnections=s.pool_size, blocking=True, setsession=list(SESSION_SETUP),
+            reset=False, ping=1,
+            host=s.host, port=s.port, user=s.user, password=s.password or "",
+            connect_timeout=s.connect_timeout_seconds, read_timeout=s.read_timeout_seconds,
+            write_timeout=s.write_timeout_seconds, charset="utf8mb4", binary_prefix=True,
+            autocommit=True, client_flag=CLIENT.FOUND_ROWS)
+
+    def connection(self) -> Any:
+        """A pooled connection (close() returns it); raises pymysql errors."""
+        with self._lock:
+            if self.closed:
+                raise pymysql.err.InterfaceError(0, "pool is closed")
+            if self._pool is None:
+                self._pool = self._create()
+            pool = self._pool
+        return pool.connection()
+
+    def info(self, cur: Any) -> ServerInfo:
+        """The server's capabilities, read with cursor `cur` the first time."""
+        if self._info is None:
+            cur.execute("SELECT VERSION(), @@innodb_autoinc_lock_mode, @@max_allowed_packet")
+            self._info = ServerInfo.from_row(*cur.fetchone())
+        return self._info
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+
+class PoolRegistry:
+    """Instance pools keyed by connection settings, shared and reference-counted."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pools: dict[InstanceSettings, InstancePool] = {}
+
+    def acquire(self, settings: InstanceSettings) -> InstancePool:
+        with self._lock:
+            pool = self._pools.get(settings)
+            if pool is None:
+                pool = self._pools[settings] = InstancePool(settings)
+            pool.users += 1
+            return pool
+
+    def release(self, pool: InstancePool) -> None:
+        """Drop one user; the last one closes the pool."""
+        with self._lock:
+            pool.users -= 1
+            if pool.users > 0:
+                return
+            if self._pools.get(pool.settings) is pool:
+                del self._pools[pool.settings]
+        pool.close()
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
+
+
+def translate(shard: str, exc: Exception, queue_of: Callable[[str], str | None]) -> Exception:
+    """The storage-contract error for a pymysql error raised on `shard`.
+
+    `queue_of(database_name)` maps a database name back to its queue (None if it is not one
+    of this shard's), so "unknown table" becomes QueueNotFound(queue)."""
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    message = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
+    if code in MISSING_CODES:
+        match = _MISSING_DB.search(message)
+        queue = queue_of(match.group(1)) if match else None
+        if queue is not None:
+            return QueueNotFound(queue)
+    if code in FULL_CODES or (code in (1030, 3, 1878) and _NO_SPACE.search(message)):
+        return StorageFull(f"shard {shard}: MySQL error {code}: {message}")
+    if code in RETRIABLE_CODES or isinstance(exc, pymysql.err.InterfaceError):
+        return ShardError(shard, f"MySQL error {code}: {message}", retriable=True)
+    if isinstance(exc, pymysql.err.OperationalError) and code == 0:
+        return ShardError(shard, f"connection failed: {message}", retriable=True)
+    return ShardError(shard, f"MySQL error {code} ({type(exc).__name__}): {message}",
+                      retriable=False)

@@ -1,0 +1,45 @@
+-- MySQL/MariaDB layout (backends/mysql.py): one database per (instance, db index, queue), named
+-- <prefix>_<shard>_<queue> (e.g. plq_1d2_emails, as the original), holding one job table per
+-- priority, jobs_p<priority>. Dropping a queue is one DROP DATABASE; a queue's tables are
+-- addressed fully qualified, so no connection ever needs `USE`. Database names are
+-- case-sensitive on Linux (lower_case_table_names=0), so "Foo" and "foo" are two queues there;
+-- a server with lower_case_table_names=1/2 would fold them into one (do not run shards so).
+-- Times are BIGINT epoch ms from the server clock (no TIMESTAMP: 2038 and second precision);
+-- LONGBLOB holds any configurable body cap (limits go up to 64 MiB), MEDIUMTEXT any status cap.
+-- AUTO_INCREMENT is persistent across restarts on MariaDB >= 10.2.4 and MySQL >= 8.0, so a
+-- local id is never handed out twice while the queue exists.
+
+-- name: create_database
+-- A queue's database on this shard; binary collation keeps claims and statuses byte-exact.
+CREATE DATABASE IF NOT EXISTS {db} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+
+-- name: create_job_table
+-- One job table. `ready` serves dequeue, retry, counts and scans in (state, run_after, local_id)
+-- order; `updated` serves claim expiry and purge by (state, updated_at).
+CREATE TABLE IF NOT EXISTS {table} (
+    local_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+    state TINYINT NOT NULL,
+    claim VARCHAR(255) NULL,
+    attempts_allowed INT NOT NULL,
+    attempts_remaining INT NOT NULL,
+    custom_status MEDIUMTEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL,
+    run_after BIGINT NOT NULL,
+    body LONGBLOB NOT NULL,
+    PRIMARY KEY (local_id),
+    KEY ready (state, run_after, local_id),
+    KEY updated (state, updated_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin ROW_FORMAT=DYNAMIC
+
+-- name: drop_database
+-- Remove a queue's database with every job of every priority.
+DROP DATABASE IF EXISTS {db}
+
+-- name: list_databases
+-- Databases whose name matches a LIKE pattern (the caller re-checks each name exactly).
+SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE :pattern
+
+-- name: server_now
+-- The server clock in epoch ms (the session time zone is pinned to +00:00).
+SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)

@@ -1,0 +1,139 @@
+-- MySQL/MariaDB state transitions on one job table {table} (columns in common/jobs.sql).
+-- Each transition is one guarded statement (expected state and claim in the WHERE clause), so
+-- a transition whose guard does not hold changes nothing; connections use CLIENT.FOUND_ROWS,
+-- so row counts are rows matched. :now is the server clock read once per transaction.
+-- MySQL evaluates SET assignments left to right on the updated row: no assignment reads a
+-- column assigned before it (attempts_remaining always comes last).
+-- Status truncation keeps the newest :cap characters: RIGHT() when appending, LEFT() when
+-- prepending (SUBSTRING(s, -n) would return '' for strings shorter than n).
+-- Bounded statements use single-table UPDATE/DELETE ... ORDER BY <index order> LIMIT, which
+-- walks the index (MySQL allows neither LIMIT in an IN-subquery nor a subquery on the table
+-- being updated).
+
+-- name: dequeue_select
+-- Eligible PENDING jobs, oldest run_after first then by id, row-locked for the claim that
+-- follows in the same transaction; rows another dequeuer holds are skipped, never waited for.
+-- ORDER BY must be the `ready` index order: ordering by anything else makes InnoDB filesort
+-- and lock every candidate, starving concurrent dequeuers.
+SELECT local_id, body, attempts_allowed, attempts_remaining
+FROM {table} FORCE INDEX (ready)
+WHERE state = 0 AND run_after <= :now
+ORDER BY state, run_after, local_id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED
+
+-- name: dequeue_peek
+-- dryRun: the jobs a dequeue would claim now, without locking or changing them.
+SELECT local_id, body, attempts_allowed, attempts_remaining
+FROM {table} FORCE INDEX (ready)
+WHERE state = 0 AND run_after <= :now
+ORDER BY state, run_after, local_id
+LIMIT :limit
+
+-- name: claim_by_ids
+-- Move the PENDING jobs just locked by dequeue_select to IN_PROGRESS under one claim.
+UPDATE {table}
+SET state = 1, claim = :claim, updated_at = :now
+WHERE local_id IN ({ids}) AND state = 0
+
+-- name: dequeue_claim_limit
+-- Claim for servers without SKIP LOCKED (the original's shape): concurrent dequeuers wait for
+-- each other's commit instead of skipping, but stay correct.
+UPDATE {table}
+SET state = 1, claim = :claim, updated_at = :now
+WHERE state = 0 AND run_after <= :now
+ORDER BY state, run_after, local_id
+LIMIT :limit
+
+-- name: dequeue_claimed
+-- The jobs dequeue_claim_limit just claimed (this call's claim is unique), in dequeue order.
+SELECT local_id, body, attempts_allowed, attempts_remaining
+FROM {table}
+WHERE state = 1 AND updated_at = :now AND claim = :claim
+ORDER BY run_after, local_id
+
+-- name: ack_success_ids
+-- IN_PROGRESS jobs with a matching claim -> SUCCEEDED; append status; the claim stays for
+-- lookups. One statement for every ack of a request that shares status and claim.
+UPDATE {table}
+SET state = 2,
+    custom_status = RIGHT(CONCAT(custom_status, :status), :cap),
+    updated_at = :now
+WHERE local_id IN ({ids}) AND state = 1
+  AND (claim = :claim OR (:claim IS NULL AND SUBSTRING(claim, :source_pos) = :source))
+
+-- name: ack_failure_ids
+-- IN_PROGRESS jobs with a matching claim -> PENDING (one attempt used, run_after = :now +
+-- :delay, claim cleared) when more than one attempt remains, else FAILED with none; append
+-- status.
+UPDATE {table}
+SET state = CASE WHEN attempts_remaining > 1 THEN 0 ELSE 3 END,
+    run_after = CASE WHEN attempts_remaining > 1 THEN :now + :delay ELSE run_after END,
+    claim = CASE WHEN attempts_remaining > 1 THEN NULL ELSE claim END,
+    custom_status = RIGHT(CONCAT(custom_status, :status), :cap),
+    updated_at = :now,
+    attempts_remaining = CASE WHEN attempts_remaining > 1 THEN attempts_remaining - 1 ELSE 0 END
+WHERE local_id IN ({ids}) AND state = 1
+  AND (claim = :claim OR (:claim IS NULL AND SUBSTRING(claim, :source_pos) = :source))
+
+-- name: checkpoint
+-- IN_PROGRESS with a matching claim: new state (:state 1 stays, 0 moves to PENDING and clears
+-- the claim), run_after, optional body and attempts, prepended status; updated_at = :now.
+UPDATE {table}
+SET state = :state,
+    run_after = COALESCE(:run_after, :now),
+    body = COALESCE(:body, body),
+    attempts_allowed = COALESCE(:attempts, attempts_allowed),
+    custom_status = LEFT(CONCAT(:status, custom_status), :cap),
+    claim = CASE WHEN :state = 0 THEN NULL ELSE claim END,
+    updated_at = :now,
+    attempts_remaining = COALESCE(:attempts, attempts_remaining)
+WHERE local_id = :id AND state = 1
+  AND (claim = :claim OR (:claim IS NULL AND SUBSTRING(claim, :source_pos) = :source))
+
+-- name: retry_failed
+-- Up to :limit FAILED jobs, oldest run_after first, back to PENDING with :remaining attempts.
+UPDATE {table}
+SET state = 0, run_after = COALESCE(:run_after, :now), claim = NULL, updated_at = :now,
+    attempts_remaining = :remaining
+WHERE state = 3
+ORDER BY state, run_after, local_id
+LIMIT :limit
+
+-- name: reclaim_fail
+-- Up to :limit expired IN_PROGRESS jobs (updated_at < :cutoff) with one attempt or fewer left
+-- -> FAILED with none left.
+UPDATE {table}
+SET state = 3, updated_at = :now, attempts_remaining = 0
+WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining <= 1
+ORDER BY state, updated_at
+LIMIT :limit
+
+-- name: reclaim_retry
+-- Up to :limit expired IN_PROGRESS jobs with attempts left -> PENDING now, one attempt used,
+-- claim cleared.
+UPDATE {table}
+SET state = 0, run_after = :now, claim = NULL, updated_at = :now,
+    attempts_remaining = attempts_remaining - 1
+WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining > 1
+ORDER BY state, updated_at
+LIMIT :limit
+
+-- name: purge
+-- Delete up to :limit jobs in terminal :state last updated before :cutoff.
+DELETE FROM {table}
+WHERE state = :state AND updated_at < :cutoff
+ORDER BY state, updated_at
+LIMIT :limit
+
+-- name: delete_by_state
+-- Delete up to :limit jobs in :state, oldest run_after first then by id.
+DELETE FROM {table}
+WHERE state = :state
+ORDER BY state, run_after, local_id
+LIMIT :limit
+
+-- name: delete_by_ids
+-- Delete the given jobs if they are still in :state.
+DELETE FROM {table}
+WHERE local_id IN ({ids}) AND state = :state

@@ -1,0 +1,184 @@
+"""Throwaway MariaDB servers for the test suites (never the system MariaDB).
+
+`start(tmp_dir)` yields a BackendUnderTest with two instances, each its own `mariadbd` (fresh
+datadir from `mariadb-install-db`, loopback, free port, innodb_flush_log_at_trx_commit=1,
+small buffer pool and redo log), stopped by PID afterwards. Instance "1" serves two databases
+per queue, so the suites run on three logical shards ("1", "1d1", "2"), two of them sharing a
+pool. `MariaDBServer` is also what the fault tests and the benchmark use to kill -9 and restart
+a server on the same datadir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pymysql
+
+from tests.support import BackendUnderTest, unavailable
+
+STARTUP_TIMEOUT_SECONDS = 60.0
+_SERVER_BINARIES = ("mariadbd", "mysqld")
+_INSTALL_BINARIES = ("mariadb-install-db", "mysql_install_db")
+_SMALL = ("--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M")
+
+
+def _which(names: Sequence[str]) -> str | None:
+    for name in names:
+        for folder in (None, "/usr/sbin", "/usr/local/sbin"):
+            found = shutil.which(name, path=folder) if folder else shutil.which(name)
+            if found:
+                return found
+    return None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def require_mariadb() -> None:
+    if _which(_SERVER_BINARIES) is None:
+        unavailable("mariadbd (or mysqld) binary not found")
+    if _which(_INSTALL_BINARIES) is None:
+        unavailable("mariadb-install-db (or mysql_install_db) not found")
+
+
+class MariaDBServer:
+    """One mariadbd on 127.0.0.1 with its own datadir; restartable on the same dir and port."""
+
+    def __init__(self, base_dir: Path, *, flush_log_at_trx_commit: int = 1,
+                 extra: Sequence[str] = ()):
+        self.base_dir = Path(base_dir)
+        self.data_dir = self.base_dir / "data"
+        self.log_file = self.base_dir / "mariadbd.err"
+        # unix socket paths are limited to ~107 bytes: keep it out of deep pytest tmp dirs
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="plmy-"))
+        self.flush_log_at_trx_commit = flush_log_at_trx_commit
+        self.extra = list(extra)
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def install(self) -> MariaDBServer:
+        """Create the system tables in a fresh datadir (root@localhost, empty password)."""
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        args = [_which(_INSTALL_BINARIES), "--no-defaults", f"--datadir={self.data_dir}",
+                "--auth-root-authentication-method=normal", "--skip-test-db",
+                "--skip-name-resolve", *_SMALL]
+        if os.geteuid() == 0:
+            args.append("--user=root")
+        with open(self.base_dir / "install.log", "wb") as log:
+            done = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"mariadb-install-db failed; see {self.base_dir / 'install.log'}")
+        return self
+
+    def args(self) -> list[str]:
+        args = [_which(_SERVER_BINARIES), "--no-defaults", f"--datadir={self.data_dir}",
+                f"--socket={self.socket_dir / 'mysqld.sock'}", f"--port={self.port}",
+                "--bind-address=127.0.0.1", "--skip-name-resolve",
+                f"--innodb-flush-log-at-trx-commit={self.flush_log_at_trx_commit}",
+                f"--log-error={self.log_file}", f"--pid-file={self.base_dir / 'mariadbd.pid'}",
+                "--max-connections=400", "--max-allowed-packet=64M", *_SMALL]
+        if os.geteuid() == 0:
+            args.append("--user=root")
+        return args + self.extra
+
+    def start(self) -> MariaDBServer:
+        if not self.data_dir.exists():
+            self.install()
+        self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mariadbd exited with {self.proc.returncode}; "
+                                   f"see {self.log_file}")
+            try:
+                self.connect(connect_timeout=1).close()
+                return
+            except pymysql.err.Error:  # not listening yet, or still recovering
+                time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"mariadbd on port {self.port} did not start in time")
+
+    def connect(self, **kwargs) -> pymysql.Connection:
+        return pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="",
+                               autocommit=True, **{"connect_timeout": 2, **kwargs})
+
+    def query(self, sql: str, args=None) -> list[tuple]:
+        with contextlib.closing(self.connect()) as conn, conn.cursor() as cur:
+            cur.execute(sql, args)
+            return list(cur.fetchall())
+
+    def kill(self) -> None:
+        """kill -9: no shutdown, no flush beyond what innodb_flush_log_at_trx_commit did."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def restart(self) -> MariaDBServer:
+        """Start again on the same port and datadir (after kill or stop): crash recovery."""
+        self.kill()
+        return self.start()
+
+    def shard(self, name: str, **overrides) -> dict:
+        """The YAML instance entry for this server."""
+        return {"name": name, "host": "127.0.0.1", "port": self.port, "user": "root",
+                "connect_timeout_seconds": 1.0, "read_timeout_seconds": 10.0,
+                "write_timeout_seconds": 10.0, **overrides}
+
+    def cleanup(self) -> None:
+        self.kill()
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_server(base_dir: Path, **kwargs) -> Iterator[MariaDBServer]:
+    """A started MariaDBServer that is killed (by PID) on exit, whatever happens."""
+    require_mariadb()
+    server = MariaDBServer(base_dir, **kwargs)
+    try:
+        for attempt in range(3):  # the free port may be taken between probe and bind
+            try:
+                server.start()
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+                server.kill()
+                server.port = free_port()
+        yield server
+    finally:
+        server.cleanup()
+
+
+@contextlib.contextmanager
+def start(tmp_dir: Path) -> Iterator[BackendUnderTest]:
+    """Two instances: "1" (two databases per queue: shards "1", "1d1") and "2"."""
+    tmp_dir = Path(tmp_dir)
+    with running_server(tmp_dir / "mariadb1") as one, \
+            running_server(tmp_dir / "mariadb2") as two:
+        yield BackendUnderTest(kind="mysql", shards=[
+            one.shard("1", databases_per_queue=2), two.shard("2")])
