@@ -33,7 +33,9 @@ from typing import Any
 
 import pymysql
 
-from backends.mysql_pool import InstancePool, InstanceSettings, PoolRegistry, translate
+from backends.mysql_pool import (
+    InstancePool, InstanceSettings, PoolRegistry, ServerInfo, translate,
+)
 from backends.sql_base import QueryBook, SQLDialect, SQLShard, _match_params
 from pinlater.backend import Backend, ShardSpec, StorageLimits
 from pinlater.config import ConfigError, _range, parse_shard_list
@@ -193,6 +195,9 @@ class MySQLShard(SQLShard):
         # first statement and is translated to QueueNotFound.
         return (self.database(queue), f"jobs_p{int(priority)}")
 
+    def _require_queue(self, cur: Any, queue: str) -> None:
+        self._run(cur, "queue_probe", self._job_table(cur, queue, 1), {}).fetchall()
+
     # ---- connections and transactions ----
     @contextmanager
     def _connection(self) -> Iterator[Any]:
@@ -260,6 +265,11 @@ class MySQLShard(SQLShard):
         with self._read() as cur:
             return self._tx_now(cur)
 
+    def server_info(self) -> ServerInfo:
+        """What the instance supports (read from it on first use)."""
+        with self._read() as cur:
+            return self._pool.info(cur)
+
     # ---- enqueue ----
     def _insert_jobs(self, cur: Any, sql: str, rows: list[dict[str, Any]]) -> list[int]:
         info = self._pool.info(cur)
@@ -322,6 +332,8 @@ class MySQLShard(SQLShard):
         applied = 0
         with self._write() as cur:
             now = self._tx_now(cur)
+            if not succeeded and not failed:
+                self._require_queue(cur, queue)
             for name, acks in (("ack_success_ids", succeeded), ("ack_failure_ids", failed)):
                 groups: dict[tuple, list[int]] = defaultdict(list)
                 for a in acks:

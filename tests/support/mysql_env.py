@@ -116,8 +116,9 @@ class MariaDBServer:
         raise RuntimeError(f"mariadbd on port {self.port} did not start in time")
 
     def connect(self, **kwargs) -> pymysql.Connection:
+        options = {"autocommit": True, "connect_timeout": 2, **kwargs}
         return pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="",
-                               autocommit=True, **{"connect_timeout": 2, **kwargs})
+                               **options)
 
     def query(self, sql: str, args=None) -> list[tuple]:
         with contextlib.closing(self.connect()) as conn, conn.cursor() as cur:

@@ -43,3 +43,7 @@ SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE :patt
 -- name: server_now
 -- The server clock in epoch ms (the session time zone is pinned to +00:00).
 SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
+
+-- name: queue_probe
+-- Fails with "unknown table" (-> QueueNotFound) unless the queue's first job table exists.
+SELECT 1 FROM {table} LIMIT 0

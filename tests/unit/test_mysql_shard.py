@@ -1,0 +1,509 @@
+"""MySQL/MariaDB dialect specifics, against a throwaway mariadbd (never the system server):
+index use of the dequeue and janitor statements, SKIP LOCKED under concurrency, FOUND_ROWS,
+id assignment on every server capability path, error mapping, bodies at the cap, queue names,
+the shard map and pool sharing."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+import time
+from collections import Counter
+
+import pymysql
+import pytest
+
+from backends.mysql import MySQLBackend, MySQLShard, durability_problems
+from backends.mysql_pool import translate
+from pinlater.backend import StorageLimits
+from pinlater.claims import new_claim
+from pinlater.config import ConfigError
+from pinlater.errors import QueueNotFound, ShardError, StorageFull
+from pinlater.models import Ack, ClaimMatch, JobState, NewJob
+from tests.support import mysql_env
+
+SOURCE = "worker:unit"
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with mysql_env.running_server(tmp_path_factory.mktemp("mysql-unit")) as server:
+        yield server
+
+
+def parse(entries):
+    return MySQLBackend.parse_shards(entries, {}, "backend.shards")
+
+
+@pytest.fixture
+def backend():
+    backend = MySQLBackend({}, StorageLimits(status_cap=20))
+    yield backend
+    backend.close()
+
+
+def open_shard(backend, server, name="1", **overrides) -> MySQLShard:
+    spec = parse([server.shard(name, **overrides)])[0]
+    return backend.open_shard(spec)
+
+
+@pytest.fixture
+def shard(backend, server):
+    shard = open_shard(backend, server)
+    yield shard
+    shard.close()
+
+
+@pytest.fixture
+def queue(shard):
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    yield name
+    shard.delete_queue(name)
+
+
+def enqueue(shard, queue, *bodies, **fields):
+    return shard.enqueue(queue, [NewJob(body=b, **fields) for b in bodies])
+
+
+def explain(shard, sql, params):
+    with shard._read() as cur:
+        cur.execute("EXPLAIN " + sql, params)
+        columns = [d[0] for d in cur.description]
+        return [dict(zip(columns, row)) for row in cur.fetchall()]
+
+
+def force_capabilities(shard, **changes) -> None:
+    """Pretend the server lacks a feature (exercises the paths other servers take)."""
+    shard._pool._info = dataclasses.replace(shard.server_info(), **changes)
+
+
+def global_status(server, name) -> int:
+    return int(server.query("SHOW GLOBAL STATUS LIKE %s", (name,))[0][1])
+
+
+# ---------------------------------------------------------------- plans
+
+
+def test_dequeue_select_walks_the_ready_index_without_filesort(shard, queue):
+    enqueue(shard, queue, *[b"x"] * 200)
+    table = shard._job_table(None, queue, 1)
+    sql = shard._sql("dequeue_select", table)
+    for row in explain(shard, sql, {"now": shard.now_ms(), "limit": 100}):
+        assert row["key"] == "ready"
+        assert "filesort" not in (row["Extra"] or "").lower()
+
+
+@pytest.mark.parametrize("name, params", [
+    ("reclaim_fail", {"now": 1, "cutoff": 1, "limit": 10}),
+    ("reclaim_retry", {"now": 1, "cutoff": 1, "limit": 10}),
+    ("purge", {"state": 2, "cutoff": 1, "limit": 10}),
+])
+def test_janitor_statements_use_the_updated_at_index(shard, queue, name, params):
+    enqueue(shard, queue, *[b"x"] * 50)
+    sql = shard._sql(name, shard._job_table(None, queue, 1))
+    rows = explain(shard, sql, params)
+    assert rows[0]["key"] == "updated"
+    assert "filesort" not in (rows[0]["Extra"] or "").lower()
+
+
+# ---------------------------------------------------------------- concurrency
+
+
+def _drain(shard, queue, claimed: list, errors: list, batch: int):
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            jobs = shard.dequeue(queue, 1, batch, new_claim(SOURCE))
+            if not jobs:
+                return
+            claimed.extend(j.local_id for j in jobs)
+    except Exception as exc:  # noqa: BLE001 - reported by the test
+        errors.append(exc)
+
+
+def test_four_parallel_dequeuers_claim_each_of_2000_jobs_once_without_lock_waits(
+        shard, queue, server):
+    ids = []
+    for start in range(0, 2000, 500):
+        ids += enqueue(shard, queue, *[b"job-%d" % i for i in range(start, start + 500)])
+    waits_before = global_status(server, "Innodb_row_lock_waits")
+    claimed: list[int] = []
+    errors: list[Exception] = []
+    threads = [threading.Thread(target=_drain, args=(shard, queue, claimed, errors, 25))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert errors == []
+    counts = Counter(claimed)
+    assert sorted(counts) == sorted(ids)
+    assert max(counts.values()) == 1
+    assert global_status(server, "Innodb_row_lock_waits") == waits_before
+    assert shard.count(queue, JobState.IN_PROGRESS, [1], False, 10_000, None) == 2000
+
+
+def test_without_skip_locked_the_update_limit_fallback_still_claims_each_job_once(
+        shard, queue):
+    ids = enqueue(shard, queue, *[b"j%d" % i for i in range(300)])
+    force_capabilities(shard, skip_locked=False)
+    claimed: list[int] = []
+    errors: list[Exception] = []
+    threads = [threading.Thread(target=_drain, args=(shard, queue, claimed, errors, 20))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert errors == []
+    assert sorted(claimed) == sorted(ids)
+    assert len(set(claimed)) == len(claimed)
+
+
+def test_dequeue_order_is_run_after_then_id(shard, queue):
+    now = shard.now_ms()
+    late = enqueue(shard, queue, b"late", run_after_ms=now - 1000)
+    early = enqueue(shard, queue, b"early1", b"early2", run_after_ms=now - 5000)
+    jobs = shard.dequeue(queue, 1, 10, new_claim(SOURCE))
+    assert [j.local_id for j in jobs] == early + late
+
+
+# ---------------------------------------------------------------- ids
+
+
+@pytest.mark.parametrize("capability", [
+    {},  # INSERT ... RETURNING (MariaDB >= 10.5)
+    {"returning": False, "autoinc_lock_mode": 1},  # LAST_INSERT_ID() + consecutive ids
+    {"returning": False, "autoinc_lock_mode": 2},  # interleaved: one row per statement
+])
+def test_enqueue_ids_match_their_jobs_under_concurrent_batches(shard, queue, capability):
+    force_capabilities(shard, **capability)
+    results: list[tuple[list[int], list[bytes]]] = []
+    errors: list[Exception] = []
+
+    def producer(worker):
+        try:
+            for batch in range(10):
+                bodies = [b"w%d-b%d-%d" % (worker, batch, i) for i in range(37)]
+                jobs = [NewJob(body=b, priority=1 + i % 2) for i, b in enumerate(bodies)]
+                results.append((shard.enqueue(queue, jobs), bodies))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=producer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    seen = set()
+    for ids, bodies in results:
+        refs = [(1 + i % 2, local_id) for i, local_id in enumerate(ids)]
+        assert not seen & set(refs)
+        seen |= set(refs)
+        found = {(r.priority, r.local_id): r.body for r in shard.lookup(queue, refs, True)}
+        assert [found[ref] for ref in refs] == bodies
+
+
+# ---------------------------------------------------------------- FOUND_ROWS and guards
+
+
+def test_connections_report_matched_rows_not_changed_rows(shard, queue):
+    (local_id,) = enqueue(shard, queue, b"x")
+    table = shard.dialect.quote(shard._job_table(None, queue, 1))
+    with shard._write() as cur:
+        cur.execute(f"UPDATE {table} SET state = state WHERE local_id = %s", (local_id,))
+        assert cur.rowcount == 1
+
+
+def test_acks_sharing_a_claim_apply_in_one_statement_and_respect_the_guard(shard, queue):
+    ids = enqueue(shard, queue, b"a", b"b", b"c")
+    claim = new_claim(SOURCE)
+    shard.dequeue(queue, 1, 2, claim)
+    acks = [Ack(1, i, ClaimMatch(SOURCE, claim), "done") for i in ids]
+    assert shard.ack(queue, acks, []) == 2  # the third job is PENDING: untouched
+    assert shard.ack(queue, acks, []) == 0  # resent acks are no-ops
+    states = {r.local_id: r.state for r in shard.lookup(queue, [(1, i) for i in ids], False)}
+    assert states == {ids[0]: JobState.SUCCEEDED, ids[1]: JobState.SUCCEEDED,
+                      ids[2]: JobState.PENDING}
+
+
+def test_status_truncation_keeps_the_newest_characters(shard, queue):
+    (local_id,) = enqueue(shard, queue, b"x", custom_status="ab")
+    claim = new_claim(SOURCE)
+    shard.dequeue(queue, 1, 1, claim)
+    shard.ack(queue, [], [Ack(1, local_id, ClaimMatch(SOURCE, claim), "é" * 25)])
+    (record,) = shard.lookup(queue, [(1, local_id)], False)
+    assert record.custom_status == "é" * 20  # cap 20 characters (not bytes)
+
+
+# ---------------------------------------------------------------- clock
+
+
+def test_eligibility_uses_the_server_clock_plus_the_shard_offset(shard, queue):
+    now = shard.now_ms()
+    assert abs(now - time.time() * 1000) < 5000
+    enqueue(shard, queue, b"later", run_after_ms=now + 60_000)
+    assert shard.dequeue(queue, 1, 10, None) == []
+    shard.clock_offset_ms = 61_000
+    assert [j.body for j in shard.dequeue(queue, 1, 10, None)] == [b"later"]
+
+
+def test_reclaim_uses_the_server_clock(shard, queue):
+    (local_id,) = enqueue(shard, queue, b"x")
+    shard.dequeue(queue, 1, 1, new_claim(SOURCE))
+    assert shard.reclaim_expired(queue, 1, 60_000, 10).retried == 0
+    shard.clock_offset_ms = 61_000
+    assert shard.reclaim_expired(queue, 1, 60_000, 10).retried == 1
+
+
+# ---------------------------------------------------------------- bodies
+
+
+def test_body_at_the_cap_round_trips_byte_identical(shard, queue):
+    body = bytes(range(256)) * (1024 * 1024 // 256)
+    assert len(body) == StorageLimits().body_cap
+    (local_id,) = enqueue(shard, queue, body)
+    (record,) = shard.lookup(queue, [(1, local_id)], True)
+    assert record.body == body
+    (job,) = shard.dequeue(queue, 1, 1, new_claim(SOURCE))
+    assert job.body == body
+
+
+def test_batches_larger_than_max_allowed_packet_are_split_but_stay_atomic(server, queue):
+    server.query("SET GLOBAL max_allowed_packet = 4194304")
+    backend = MySQLBackend({}, StorageLimits())
+    try:
+        shard = open_shard(backend, server)
+        body = b"\x00'\\\"" * (1024 * 1024 // 4)  # escapes to twice its size
+        ids = enqueue(shard, queue, *[body + bytes([i]) for i in range(8)])
+        assert len(set(ids)) == 8
+        found = shard.lookup(queue, [(1, i) for i in ids], True)
+        assert [r.body for r in found] == [body + bytes([i]) for i in range(8)]
+        shard.close()
+    finally:
+        server.query("SET GLOBAL max_allowed_packet = 67108864")
+        backend.close()
+
+
+def test_user_data_is_never_formatted_into_sql(shard, queue):
+    nasty = "x'); DROP DATABASE mysql; -- %s %(now)s {table}"
+    (local_id,) = enqueue(shard, queue, nasty.encode(), custom_status=nasty[:20])
+    (record,) = shard.lookup(queue, [(1, local_id)], True)
+    assert record.body == nasty.encode() and record.custom_status == nasty[:20]
+
+
+# ---------------------------------------------------------------- errors
+
+
+def _err(cls, code, message):
+    return cls(code, message)
+
+
+@pytest.mark.parametrize("exc, expected, retriable", [
+    (_err(pymysql.err.OperationalError, 2003, "Can't connect"), ShardError, True),
+    (_err(pymysql.err.OperationalError, 2006, "MySQL server has gone away"), ShardError, True),
+    (_err(pymysql.err.OperationalError, 2013, "Lost connection"), ShardError, True),
+    (_err(pymysql.err.OperationalError, 1213, "Deadlock found"), ShardError, True),
+    (_err(pymysql.err.OperationalError, 1205, "Lock wait timeout"), ShardError, True),
+    (pymysql.err.InterfaceError(0, ""), ShardError, True),
+    (_err(pymysql.err.OperationalError, 1114, "The table 'jobs_p1' is full"), StorageFull,
+     None),
+    (_err(pymysql.err.OperationalError, 1021, "Disk full"), StorageFull, None),
+    (_err(pymysql.err.ProgrammingError, 1064, "You have an error in your SQL"), ShardError,
+     False),
+    (_err(pymysql.err.DataError, 1406, "Data too long for column 'body'"), ShardError, False),
+])
+def test_pymysql_errors_map_to_the_storage_contract(exc, expected, retriable):
+    mapped = translate("1", exc, lambda db: None)
+    assert type(mapped) is expected
+    if retriable is not None:
+        assert mapped.retriable is retriable
+        assert "shard 1" in str(mapped)
+
+
+def test_unknown_table_of_this_shard_becomes_queue_not_found(shard):
+    with pytest.raises(QueueNotFound) as caught:
+        enqueue(shard, "never_created", b"x")
+    assert caught.value.queue == "never_created"
+    for call in (lambda: shard.dequeue("never_created", 1, 5, new_claim(SOURCE)),
+                 lambda: shard.ack("never_created", [], []),
+                 lambda: shard.count("never_created", JobState.PENDING, [1], False, 5, None)):
+        with pytest.raises(QueueNotFound):
+            call()
+
+
+def test_a_real_lock_wait_timeout_is_a_retriable_shard_error(server, queue):
+    server.query("SET GLOBAL innodb_lock_wait_timeout = 1")
+    backend = MySQLBackend({}, StorageLimits())
+    holder = server.connect(autocommit=False)
+    try:
+        shard = open_shard(backend, server)
+        (local_id,) = enqueue(shard, queue, b"x")
+        claim = new_claim(SOURCE)
+        shard.dequeue(queue, 1, 1, claim)
+        with holder.cursor() as cur:
+            cur.execute(f"SELECT * FROM {shard.dialect.quote(shard._job_table(None, queue, 1))}"
+                        " WHERE local_id = %s FOR UPDATE", (local_id,))
+        started = time.monotonic()
+        with pytest.raises(ShardError) as caught:
+            shard.ack(queue, [Ack(1, local_id, ClaimMatch(SOURCE, claim))], [])
+        assert caught.value.retriable and "1205" in str(caught.value)
+        assert time.monotonic() - started < 5
+        holder.rollback()
+        assert shard.ack(queue, [Ack(1, local_id, ClaimMatch(SOURCE, claim))], []) == 1
+        shard.close()
+    finally:
+        holder.close()
+        server.query("SET GLOBAL innodb_lock_wait_timeout = 50")
+        backend.close()
+
+
+def test_a_dead_server_neither_blocks_open_nor_hangs_calls(backend):
+    port = mysql_env.free_port()  # nothing listens here
+    started = time.monotonic()
+    shard = backend.open_shard(parse([{"name": "9", "port": port,
+                                       "connect_timeout_seconds": 0.5}])[0])
+    assert time.monotonic() - started < 0.5
+    for call in (shard.ping, lambda: shard.enqueue("q", [NewJob(body=b"x")]),
+                 lambda: shard.dequeue("q", 1, 1, new_claim(SOURCE))):
+        started = time.monotonic()
+        with pytest.raises(ShardError) as caught:
+            call()
+        assert caught.value.retriable
+        assert time.monotonic() - started < 3
+    assert "could not check" in shard.durability_warnings()[0]
+    shard.close()
+
+
+# ---------------------------------------------------------------- queues
+
+
+def test_create_queue_is_idempotent_and_creates_missing_priority_tables(backend, server):
+    shard = open_shard(backend, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    db = shard.database(name)
+    server.query(f"DROP TABLE `{db}`.`jobs_p3`")
+    shard.create_queue(name)
+    tables = {row[0] for row in server.query(
+        "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,))}
+    assert tables == {"jobs_p1", "jobs_p2", "jobs_p3"}
+    engines = {row[0] for row in server.query(
+        "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,))}
+    assert engines == {"InnoDB"}
+    shard.delete_queue(name)
+    shard.delete_queue(name)
+    assert name not in shard.queue_names()
+    shard.close()
+
+
+def test_queue_names_come_only_from_this_shards_exact_database_pattern(shard, server):
+    foreign = ["plq_10_other", "plq_1d1_sibling", "plqx_1_prefix", "plq_1_bad-name"]
+    for db in foreign:
+        server.query(f"CREATE DATABASE IF NOT EXISTS `{db}`")
+    try:
+        shard.create_queue("Mixed_Case")
+        shard.create_queue("mixed_case")  # case-sensitive on Linux: a second queue
+        names = shard.queue_names()
+        assert {"Mixed_Case", "mixed_case"} <= names
+        assert not names & {"other", "sibling", "prefix", "bad-name", "0_other"}
+    finally:
+        for db in foreign:
+            server.query(f"DROP DATABASE IF EXISTS `{db}`")
+        shard.delete_queue("Mixed_Case")
+        shard.delete_queue("mixed_case")
+
+
+def test_queue_name_limit_is_64_minus_the_longest_database_prefix(backend, server):
+    specs = parse([server.shard("1", databases_per_queue=3)])
+    shards = [backend.open_shard(s) for s in specs]
+    limit = backend.queue_name_limit([s.name for s in specs])
+    assert limit == 64 - len("plq_1d2_")
+    longest = "n" * limit
+    for shard in shards:
+        shard.create_queue(longest)
+    assert all(longest in shard.queue_names() for shard in shards)
+    with pytest.raises(ShardError):
+        shards[-1].create_queue(longest + "n")
+    for shard in shards:
+        shard.delete_queue(longest)
+        shard.close()
+
+
+# ---------------------------------------------------------------- shard map and pools
+
+
+def test_databases_per_queue_expands_into_logical_shards_sharing_one_pool(backend, server):
+    specs = parse([server.shard("1", databases_per_queue=3, dequeue_only=True),
+                   server.shard("2", database_prefix="plqtwo")])
+    assert [s.name for s in specs] == ["1", "1d1", "1d2", "2"]
+    assert [s.dequeue_only for s in specs] == [True, True, True, False]
+    shards = [backend.open_shard(s) for s in specs[:3]]
+    assert len({id(s._pool) for s in shards}) == 1
+    name = f"q{next(_names)}"
+    for shard in shards:
+        shard.create_queue(name)
+    assert len({shard.database(name) for shard in shards}) == 3
+    shards[0].close()  # a sibling's close must not close the shared pool
+    assert enqueue(shards[1], name, b"x") == [1]
+    shards[1].close()
+    shards[2].delete_queue(name)
+    pool = shards[2]._pool
+    shards[2].close()
+    assert pool.closed
+
+
+def test_dequeue_only_is_not_part_of_the_connection_key(server):
+    a, b = parse([server.shard("1")])[0], parse([server.shard("1", dequeue_only=True)])[0]
+    assert a.connection_key() == b.connection_key()
+    assert a.settings() == b.settings()
+
+
+@pytest.mark.parametrize("entries, problem", [
+    ([{"name": "1", "databases_per_queue": 2}, {"name": "1d1"}], "produced twice"),
+    ([{"name": "1", "database_prefix": "bad_prefix"}], "database_prefix"),
+    ([{"name": "1", "databases_per_queue": 0}], "databases_per_queue"),
+    ([{"name": "1", "port": "x"}], "port"),
+    ([{"name": "1", "bogus": 1}], "bogus"),
+])
+def test_invalid_shard_maps_are_rejected_with_the_key_path(entries, problem):
+    with pytest.raises(ConfigError) as caught:
+        parse(entries)
+    assert any(problem in p for p in caught.value.problems)
+
+
+def test_shipped_local_config_parses():
+    from pinlater.config import load_config
+    config = load_config("configs/mysql.local.yaml", env={})
+    assert config.backend.kind == "mysql"
+    assert [s.name for s in config.backend.shards] == ["1"]
+    assert config.backend.shards[0].port == 3306
+
+
+# ---------------------------------------------------------------- durability
+
+
+def test_durable_throwaway_server_has_no_durability_warnings(shard):
+    assert shard.durability_warnings() == []
+
+
+def test_flush_log_at_trx_commit_other_than_one_is_reported(shard, server):
+    server.query("SET GLOBAL innodb_flush_log_at_trx_commit = 2")
+    try:
+        (warning,) = shard.durability_warnings()
+        assert "innodb_flush_log_at_trx_commit=2" in warning
+    finally:
+        server.query("SET GLOBAL innodb_flush_log_at_trx_commit = 1")
+
+
+def test_binlog_settings_are_judged():
+    warnings = durability_problems("1", 1, True, 0, "STATEMENT", 64 << 20, 1 << 20)
+    assert any("sync_binlog=0" in w for w in warnings)
+    assert any("binlog_format=STATEMENT" in w for w in warnings)
+    assert durability_problems("1", 1, True, 1, "ROW", 64 << 20, 1 << 20) == []
+    assert "max_allowed_packet" in durability_problems("1", 1, False, 0, "MIXED",
+                                                       1 << 20, 1 << 20)[0]
