@@ -6,10 +6,19 @@ from __future__ import annotations
 
 import logging
 
+import time
+
 from backends import backend_class
+from pinlater.admission import Admission, QueueSlots
 from pinlater.config import Config
+from pinlater.http_endpoint import MetricsServer, health_report
 from pinlater.janitor import Janitor, JanitorThread
 from pinlater.maintenance import MaintenanceThread, ShardMapWatcher
+from pinlater.metrics import DepthCollector, DepthThread, Metrics, live_gauges
+from pinlater.observer import OperatingObserver
+from pinlater.queue_config import QueueConfigWatcher, WatcherThread
+from pinlater.rate_limiter import QueueRateLimiter
+from pinlater.request_log import RequestLog
 from pinlater.service import PinLaterHandler, RequestObserver
 from pinlater.sharded import ShardedBackend
 
@@ -27,9 +36,54 @@ class App:
             self.backend, config.backend.shards, num_priorities=config.priorities.levels,
             retries=config.sharding.retries,
             unhealthy_after_failures=config.sharding.unhealthy_after_failures)
-        self.handler = PinLaterHandler(self.store, config, observer)
-        self.janitor = Janitor(self.store, config.janitor)
+        self.started = time.monotonic()
+        try:
+            self._build_operating(config)
+        except BaseException:
+            self.store.close()
+            raise
+        self.handler = PinLaterHandler(self.store, config, observer or OperatingObserver(
+            self.metrics, self.limiter, QueueSlots(config.admission.dequeue_cap_per_queue(
+                config.server.worker_threads)),
+            RequestLog(config.request_log.max_warnings_per_peer_per_minute)))
+        self.janitor = Janitor(
+            self.store, config.janitor, on_queue_counts=self._janitor_counts,
+            claim_timeout_for=lambda queue: self.queue_config.claim_timeout_for(
+                queue, config.janitor.claim_timeout_seconds))
+        self.metrics_server: MetricsServer | None = None
         self._threads: list = []
+
+    def _build_operating(self, config: Config) -> None:
+        """Metrics, per-queue rate limits (queue config + ServerSet) and admission caps."""
+        from pinlater.idl import PinLater
+
+        self.metrics = Metrics()
+        self.store.call_observer = self.metrics.shard_call
+        self.limiter = QueueRateLimiter()
+        self.queue_config = QueueConfigWatcher(
+            config.queue_config, config.server_set_file,
+            on_change=lambda qc, servers: self.limiter.configure(qc.rates(), servers),
+            on_error=lambda kind: self.metrics.reload_errors.labels(kind).inc())
+        self.admission = Admission(
+            config.admission.max_concurrent_requests,
+            config.admission.dequeue_cap(config.server.worker_threads), PinLater,
+            on_refused=lambda kind: self.metrics.admission_refused.labels(kind).inc())
+        self.depth = DepthCollector(self.store, self.metrics, cap=config.limits.count_cap)
+        self._server_stats = self.admission.stats
+        self.metrics.registry.register(
+            live_gauges(self.store, lambda: self._server_stats(), self.limiter.shares))
+
+    def attach_server(self, server) -> None:
+        """Let the gauges read the network loop's connection count."""
+        self._server_stats = lambda: {"connections": server.connection_count(),
+                                      **self.admission.stats()}
+
+    def health(self) -> tuple[int, dict]:
+        return health_report(self.store, self.started)
+
+    def _janitor_counts(self, queue: str, counts) -> None:
+        self.metrics.janitor_queue(queue, counts.reclaimed_to_pending, counts.reclaimed_to_failed,
+                                   counts.purged_succeeded, counts.purged_failed)
 
     def start_background(self) -> None:
         """Start the janitor and shard maintenance threads; log durability warnings."""
@@ -47,6 +101,15 @@ class App:
                         self.backend.kind, self.config.backend.shard_map_file)
         self._threads.append(MaintenanceThread(
             self.store, self.config.sharding.probe_interval_seconds, watcher))
+        if self.config.queue_config or self.config.server_set_file:
+            self._threads.append(WatcherThread(self.queue_config))
+        metrics = self.config.metrics
+        if metrics.port:
+            self.metrics_server = MetricsServer(metrics.host, metrics.port,
+                                                self.metrics.registry, self.health).start()
+            log.info("metrics on http://%s:%d/metrics (health: /health)",
+                     *self.metrics_server.address)
+            self._threads.append(DepthThread(self.depth, metrics.depth_interval_seconds))
         for thread in self._threads:
             thread.start()
 
@@ -55,4 +118,7 @@ class App:
         for thread in self._threads:
             thread.stop()
         self._threads.clear()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+            self.metrics_server = None
         self.store.close()

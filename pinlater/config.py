@@ -113,8 +113,37 @@ class AdminConfig:
 @dataclass(frozen=True)
 class MetricsConfig:
     host: str = "127.0.0.1"
-    #: 0 disables the metrics endpoint
+    #: 0 disables the metrics endpoint (and the queue depth collector)
     port: int = field(default=9999, metadata=_range(0, 65535))
+    #: how often the queue depth gauges are refreshed from the store (never on a request)
+    depth_interval_seconds: float = field(default=15.0, metadata=_range(0.05, 86_400))
+
+
+@dataclass(frozen=True)
+class AdmissionConfig:
+    """Caps that make an overloaded server answer at once instead of queueing requests."""
+
+    #: requests other than dequeueJobs in flight (read and not yet answered); more are refused
+    #: at once with UNKNOWN "server busy"
+    max_concurrent_requests: int = field(default=128, metadata=_range(1, 100_000))
+    #: dequeueJobs calls running at once; more are refused with DEQUEUE_RATE_LIMITED. Must be
+    #: below server.worker_threads, so other requests always find a worker; 0 = half of them
+    max_concurrent_dequeues: int = field(default=0, metadata=_range(0, 100_000))
+    #: dequeueJobs calls running at once on one queue; 0 = max_concurrent_dequeues
+    max_concurrent_dequeues_per_queue: int = field(default=0, metadata=_range(0, 100_000))
+
+    def dequeue_cap(self, worker_threads: int) -> int:
+        return self.max_concurrent_dequeues or max(1, worker_threads // 2)
+
+    def dequeue_cap_per_queue(self, worker_threads: int) -> int:
+        return self.max_concurrent_dequeues_per_queue or self.dequeue_cap(worker_threads)
+
+
+@dataclass(frozen=True)
+class RequestLogConfig:
+    #: warning lines (failed requests) per client address and minute; the rest are counted and
+    #: reported in the next line that gets through
+    max_warnings_per_peer_per_minute: int = field(default=60, metadata=_range(1, 1_000_000))
 
 
 @dataclass(frozen=True)
@@ -127,8 +156,13 @@ class Config:
     janitor: JanitorConfig = JanitorConfig()
     admin: AdminConfig = AdminConfig()
     metrics: MetricsConfig = MetricsConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+    request_log: RequestLogConfig = RequestLogConfig()
     #: per-queue settings file (rate limits, claim timeouts); None = no per-queue settings
     queue_config: str | None = None
+    #: ServerSet file (`host:port` per line) listing the live servers; each server enforces
+    #: its share (rate / number of servers) of the queue rate limits. None = limits per server
+    server_set_file: str | None = None
     log_level: str = "INFO"
 
     def storage_limits(self) -> StorageLimits:
@@ -149,6 +183,8 @@ ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
     "PINLATER_METRICS_PORT": ("metrics", "port"),
     "PINLATER_ADMIN_PASSWORD_HASH": ("admin", "password_hash"),
     "PINLATER_QUEUE_CONFIG": (None, "queue_config"),
+    "PINLATER_SERVER_SET_FILE": (None, "server_set_file"),
+    "PINLATER_METRICS_HOST": ("metrics", "host"),
     "PINLATER_LOG_LEVEL": (None, "log_level"),
     "PINLATER_CLAIM_TIMEOUT_SECONDS": ("janitor", "claim_timeout_seconds"),
 }
@@ -233,9 +269,24 @@ def _build_config(raw: dict[str, Any], problems: list[str]) -> Config:
             parse_password_hash(config.admin.password_hash)
         except ValueError as exc:
             problems.append(f"admin.password_hash: {exc} (make one with `pinlater hash-password`)")
+    _check_operating(config, problems)
     if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         problems.append(f"log_level: {config.log_level!r} is not a log level")
     return config
+
+
+def _check_operating(config: Config, problems: list[str]) -> None:
+    """Cross-key checks of the operating settings, and the per-queue files read once here so
+    a bad file is reported before the port is bound."""
+    admission, workers = config.admission, config.server.worker_threads
+    if admission.max_concurrent_dequeues and workers > 1 and (
+            admission.max_concurrent_dequeues >= workers):
+        problems.append(f"admission.max_concurrent_dequeues: {admission.max_concurrent_dequeues} "
+                        f"must be below server.worker_threads ({workers}) so dequeues cannot "
+                        "take every worker")
+    if config.queue_config or config.server_set_file:
+        from pinlater.queue_config import check_files  # lazy: it imports this module
+        problems.extend(check_files(config.queue_config, config.server_set_file))
 
 
 def _build_backend(raw: Any, problems: list[str]) -> BackendConfig:

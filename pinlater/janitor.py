@@ -34,16 +34,23 @@ class JanitorCounts:
     purged_failed: int = 0
     shard_errors: int = 0
 
+    def add(self, other: "JanitorCounts") -> None:
+        for key, value in vars(other).items():
+            setattr(self, key, getattr(self, key) + value)
+
 
 class Janitor:
     """Reclaimer and purger over every healthy shard of a ShardedBackend."""
 
     def __init__(self, store: ShardedBackend, config: JanitorConfig, *,
                  claim_timeout_for: Callable[[str], float] | None = None,
+                 on_queue_counts: Callable[[str, JanitorCounts], None] | None = None,
                  max_batches_per_step: int = 100):
+        """`on_queue_counts(queue, counts)` is told what was done per (shard, queue) (metrics)."""
         self.store = store
         self.config = config
         self._claim_timeout_for = claim_timeout_for
+        self._on_queue_counts = on_queue_counts
         self._max_batches = max_batches_per_step
 
     def run_once(self) -> JanitorCounts:
@@ -55,7 +62,13 @@ class Janitor:
             try:
                 queues = self.store.call(name, lambda s: s.queue_names())
                 for queue in sorted(queues):
-                    self._clean_queue(name, queue, counts)
+                    done = JanitorCounts()
+                    try:
+                        self._clean_queue(name, queue, done)
+                    finally:
+                        counts.add(done)
+                        if self._on_queue_counts is not None and any(vars(done).values()):
+                            self._on_queue_counts(queue, done)
             except PinLaterError as exc:
                 counts.shard_errors += 1
                 log.warning("janitor: shard %s skipped this pass: %s", name, exc)

@@ -137,7 +137,8 @@ def run(config: Config, sock: socket.socket) -> int:
             app.close()
         sock.close()
         return 1
-    server = Server(sock, config.server, Dispatcher(PinLater, app.handler))
+    server = Server(sock, config.server, Dispatcher(PinLater, app.handler), app.admission)
+    app.attach_server(server)
     install_signal_handlers(server)
     log.info("%s", describe(config, app, server.address))
     try:

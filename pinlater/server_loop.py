@@ -19,11 +19,16 @@ import selectors
 import socket
 import threading
 import time
+from typing import TYPE_CHECKING
 
+from pinlater import request_log
 from pinlater.config import ServerConfig
 from pinlater.transport import (
     Dispatcher, FrameError, FrameReader, FrameTimeout, MalformedRequest, PeerClosed, frame,
 )
+
+if TYPE_CHECKING:
+    from pinlater.admission import Admission
 
 log = logging.getLogger("pinlater.server")
 
@@ -52,9 +57,12 @@ class RateLimitedLog:
 class Server:
     """Serves framed Thrift requests from a bound, listening socket until shut down."""
 
-    def __init__(self, sock: socket.socket, settings: ServerConfig, dispatcher: Dispatcher):
+    def __init__(self, sock: socket.socket, settings: ServerConfig, dispatcher: Dispatcher,
+                 admission: "Admission | None" = None):
+        """`admission` (pinlater.admission) refuses requests over its caps at once."""
         self.settings = settings
         self.dispatcher = dispatcher
+        self.admission = admission
         self.worker_slots = threading.BoundedSemaphore(settings.worker_threads)
         self.warnings = RateLimitedLog()
         self._sock = sock
@@ -177,6 +185,7 @@ class Connection:
 
     def run(self) -> None:
         settings = self.server.settings
+        request_log.set_peer(self.peer)
         try:
             self.sock.settimeout(None)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -202,10 +211,17 @@ class Connection:
             self.server.forget(self)
 
     def _serve_one(self, payload: bytes, send_timeout: float) -> None:
-        with self.server.worker_slots:
-            _, reply = self.server.dispatcher.dispatch(payload)
+        admission = self.server.admission
+        if admission is None:
+            reply = self._dispatch(payload)
+        else:
+            reply = admission.serve(payload, lambda: self._dispatch(payload))
         self.sock.settimeout(send_timeout)
         self.sock.sendall(frame(reply))
+
+    def _dispatch(self, payload: bytes) -> bytes:
+        with self.server.worker_slots:
+            return self.server.dispatcher.dispatch(payload)[1]
 
     def _mark_idle(self) -> bool:
         """Called between frames; False (stop) once the server is shutting down."""

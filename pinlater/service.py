@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import time
 import uuid
 from collections.abc import Callable
 
@@ -29,37 +30,66 @@ log = logging.getLogger(__name__)
 
 def rpc(method: Callable) -> Callable:
     """Error boundary for one RPC: PinLaterError -> wire exception; anything else -> logged with
-    a request id and answered as UNKNOWN."""
+    a request id and answered as UNKNOWN. Every call is reported to `observer.on_call` with its
+    outcome (the error code name, or "ok") and latency."""
 
     @functools.wraps(method)
     def wrapper(self: PinLaterHandler, context, *args):
+        started = time.perf_counter()
+        outcome, message = "ok", ""
         try:
             return method(self, context, *args)
         except PinLaterError as exc:
+            outcome, message = exc.name, exc.message
             self.observer.on_error(method.__name__, context, exc)
             raise wire.PinLaterException(errorCode=exc.code, message=exc.message) from None
         except Exception:
             request_id = getattr(context, "requestId", None) or uuid.uuid4().hex[:12]
             log.exception("unexpected error in %s (request id %s)", method.__name__, request_id)
+            outcome, message = "UNKNOWN", "internal error"
             raise wire.PinLaterException(
                 errorCode=wire.ErrorCode.UNKNOWN,
                 message=f"internal error in {method.__name__} (request id {request_id}); "
                         "see the server log") from None
+        finally:
+            self.observer.on_call(method.__name__, context, _raw_queue(args), outcome,
+                                  time.perf_counter() - started, message)
 
     return wrapper
+
+
+def _raw_queue(args: tuple) -> object:
+    """The queue a request names, unvalidated (observers may only compare it with known names
+    or log it escaped)."""
+    if not args:
+        return None
+    first = args[0]
+    return first if isinstance(first, str) else getattr(first, "queueName", None)
 
 
 class RequestObserver:
     """Hooks for rate limiting, metrics and logs; the default does nothing."""
 
-    def before_dequeue(self, queue: str, limit: int) -> None:
-        """Raise DequeueRateLimited to refuse (piggy-backed acks are applied anyway)."""
+    def before_dequeue(self, queue: str, limit: int) -> int | None:
+        """Raise DequeueRateLimited to refuse (piggy-backed acks are applied anyway), or return
+        a smaller limit; None keeps `limit`. When it returns, `after_dequeue` follows exactly
+        once, whatever happens next."""
+        return None
 
     def after_dequeue(self, queue: str, handed_out: int) -> None:
-        """Called with the number of jobs a dequeue actually handed out."""
+        """Called with the number of jobs a dequeue actually handed out (0 if it failed)."""
 
     def on_error(self, method: str, context: object, error: PinLaterError) -> None:
         """Called for every PinLaterError answered to a client."""
+
+    def on_call(self, method: str, context: object, queue: object, outcome: str,
+                seconds: float, message: str) -> None:
+        """Called once per RPC after it ended: `queue` is the raw name from the request (None
+        when the method has none), `outcome` "ok" or the error code name."""
+
+    def on_jobs(self, event: str, queue: str, count: int) -> None:
+        """Jobs affected by a successful call on a validated queue: enqueued, dequeued (not dry
+        runs), acked_succeeded, acked_failed (acks received), retried, deleted."""
 
 
 class PinLaterHandler:
@@ -112,6 +142,7 @@ class PinLaterHandler:
             raise EnqueueRejected("jobs: must hold at least one job")
         new_jobs = [self._new_job(job, f"jobs[{i}]") for i, job in enumerate(jobs)]
         descriptors = self.store.enqueue(queue, new_jobs)
+        self.observer.on_jobs("enqueued", queue, len(descriptors))
         return wire.PinLaterEnqueueResponse(jobDescriptors=[str(d) for d in descriptors])
 
     @rpc
@@ -126,12 +157,22 @@ class PinLaterHandler:
         if request.jobAckRequest is not None:
             acks = self._ack_request(request.jobAckRequest, source, "jobAckRequest")
         try:
-            self.observer.before_dequeue(queue, limit)
-        finally:
+            allowed = self.observer.before_dequeue(queue, limit)
+        except BaseException:
             if acks is not None:  # applied even when the dequeue is refused
-                self.store.ack(*acks)
-        jobs = self.store.dequeue(queue, limit, source, dry_run=dry_run, coverage=coverage)
-        self.observer.after_dequeue(queue, len(jobs))
+                self._apply_acks(acks)
+            raise
+        handed_out = 0
+        try:
+            if acks is not None:
+                self._apply_acks(acks)
+            jobs = self.store.dequeue(queue, limit if allowed is None else min(limit, allowed),
+                                      source, dry_run=dry_run, coverage=coverage)
+            handed_out = len(jobs)
+        finally:
+            self.observer.after_dequeue(queue, handed_out)
+        if not dry_run:
+            self.observer.on_jobs("dequeued", queue, handed_out)
         response = wire.PinLaterDequeueResponse()
         if jobs:
             response.jobs = {str(d): job.body for d, job in jobs}
@@ -146,7 +187,13 @@ class PinLaterHandler:
     @rpc
     def ackDequeuedJobs(self, context, request):
         source = self._source(context)
-        self.store.ack(*self._ack_request(request, source, "request"))
+        self._apply_acks(self._ack_request(request, source, "request"))
+
+    def _apply_acks(self, acks: tuple) -> None:
+        queue, succeeded, failed = acks
+        self.store.ack(queue, succeeded, failed)
+        self.observer.on_jobs("acked_succeeded", queue, len(succeeded))
+        self.observer.on_jobs("acked_failed", queue, len(failed))
 
     @rpc
     def checkpointJobs(self, context, request):
@@ -202,25 +249,31 @@ class PinLaterHandler:
     def retryFailedJobs(self, context, request):
         self._source(context)
         check.request_present(request)
-        return self.store.retry_failed(
-            self._queue(request.queueName),
+        queue = self._queue(request.queueName)
+        retried = self.store.retry_failed(
+            queue,
             check.priority(1 if request.priority is None else request.priority, self.levels),
             check.attempts(1 if request.attemptsToAllow is None else request.attemptsToAllow,
                            self.limits.max_attempts, "attemptsToAllow"),
             check.timestamp_ms(request.runAfterTimestampMillis, "runAfterTimestampMillis"),
             check.limit(1000 if request.limit is None else request.limit,
                         self.limits.max_jobs_per_request))
+        self.observer.on_jobs("retried", queue, retried)
+        return retried
 
     @rpc
     def deleteJobs(self, context, request):
         self._source(context)
         check.request_present(request)
-        return self.store.delete_jobs(
-            self._queue(request.queueName), check.job_state(request.jobState),
+        queue = self._queue(request.queueName)
+        deleted = self.store.delete_jobs(
+            queue, check.job_state(request.jobState),
             check.priority(1 if request.priority is None else request.priority, self.levels),
             check.limit(1000 if request.limit is None else request.limit,
                         self.limits.max_jobs_per_request),
             self._body_filter(request.bodyRegexToMatch))
+        self.observer.on_jobs("deleted", queue, deleted)
+        return deleted
 
     # ------------------------------------------------------------ conversions
 

@@ -50,6 +50,9 @@ class _ShardSet:
 class ShardedBackend:
     """The storage as the service sees it: one logical queue store over N shards."""
 
+    #: told (shard, seconds, ok) after every storage call attempt (metrics); None = nobody
+    call_observer: Callable[[str, float, bool], None] | None = None
+
     def __init__(self, backend: Backend, specs: Sequence[ShardSpec], *, num_priorities: int,
                  retries: int = 2, unhealthy_after_failures: int = 3,
                  rng: random.Random | None = None):
@@ -150,11 +153,15 @@ class ShardedBackend:
         Raises ShardConnectionFailed when the tries are used up."""
         tries = 1 + (self._retries if retries is None else retries)
         last: ShardError | None = None
+        observe = self.call_observer
         for attempt in range(tries):
             shard = self.shard(name)  # looked up per try: a reload may have replaced it
+            started = time.perf_counter()
             try:
                 result = op(shard)
             except ShardError as exc:
+                if observe is not None:
+                    observe(name, time.perf_counter() - started, False)
                 last = exc
                 self.health.record_failure(name)
                 if not exc.retriable or not self.health.is_healthy(name):
@@ -162,6 +169,8 @@ class ShardedBackend:
                 if attempt + 1 < tries:
                     time.sleep(0.005 * (2 ** attempt))
                 continue
+            if observe is not None:
+                observe(name, time.perf_counter() - started, True)
             self.health.record_success(name)
             return result
         raise ShardConnectionFailed(f"shard {name} failed: {last}")

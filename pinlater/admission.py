@@ -1,0 +1,136 @@
+"""Admission control: an overloaded server answers at once instead of queueing without bound.
+
+Two server-wide caps, checked by the network loop as soon as a request frame has been read
+(before it waits for a worker thread), from the method name in the message header alone:
+
+- dequeueJobs calls in flight: at most `admission.max_concurrent_dequeues`, kept below
+  `server.worker_threads`, so however many dequeues arrive, the other requests (enqueue, ack,
+  checkpoint ...) always find a worker: a dequeue storm cannot block submissions. Refused with
+  DEQUEUE_RATE_LIMITED (workers already back off on it, and it tells them to come back later).
+- every other request in flight: at most `admission.max_concurrent_requests`. Refused with
+  UNKNOWN and the message "Server busy: ...". Dequeues have their own budget, so they never
+  use up this one.
+
+A third cap is per queue: dequeueJobs calls running on one queue (`QueueSlots`, taken by the
+request observer after the queue name is validated), so one hot queue cannot take every
+dequeue slot. Refused with DEQUEUE_RATE_LIMITED as well.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Callable
+
+from pinlater.errors import DequeueRateLimited, PinLaterError
+from pinlater.transport import encode_reply
+
+DEQUEUE = "dequeueJobs"
+_HEADER = struct.Struct("!iI")
+
+
+class Busy(PinLaterError):
+    """The server is at its request cap (wire code UNKNOWN)."""
+
+    code, name = 500, "UNKNOWN"
+
+
+def method_and_seqid(payload: bytes) -> tuple[str, int] | None:
+    """(method, seqid) from a strict binary message header; None when unreadable."""
+    try:
+        _, length = _HEADER.unpack_from(payload, 0)
+        if length > 256:
+            return None
+        name = payload[8:8 + length].decode("ascii")
+        (seqid,) = struct.unpack_from("!i", payload, 8 + length)
+    except (struct.error, UnicodeDecodeError):
+        return None
+    return name, seqid
+
+
+class Admission:
+    """Server-wide caps. `serve(payload, run)` runs `run()` (which waits for a worker and
+    dispatches) or returns a refusal reply at once."""
+
+    def __init__(self, max_requests: int, max_dequeues: int, service: object,
+                 on_refused: Callable[[str], None] | None = None):
+        self.max_requests = max_requests
+        self.max_dequeues = max_dequeues
+        self._service = service
+        self._on_refused = on_refused or (lambda kind: None)
+        self._lock = threading.Lock()
+        self.in_flight = 0
+        self.in_flight_dequeues = 0
+
+    def serve(self, payload: bytes, run: Callable[[], bytes]) -> bytes:
+        header = method_and_seqid(payload)
+        name = header[0] if header else None
+        dequeue = name == DEQUEUE
+        refusal = self._enter(dequeue)
+        if refusal is not None and header is not None and name in self._service.thrift_services:
+            self._on_refused("dequeues" if dequeue else "requests")
+            return self._refusal_reply(name, header[1], refusal)
+        if refusal is not None:  # unreadable header: let the dispatcher answer it
+            with self._lock:
+                self.in_flight += 1
+        try:
+            return run()
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+                if dequeue and refusal is None:
+                    self.in_flight_dequeues -= 1
+
+    def _enter(self, dequeue: bool) -> PinLaterError | None:
+        with self._lock:
+            if dequeue:
+                if self.in_flight_dequeues >= self.max_dequeues:
+                    return DequeueRateLimited(
+                        f"Too many concurrent dequeues on this server (cap "
+                        f"{self.max_dequeues}); retry later")
+                self.in_flight_dequeues += 1
+            elif self.in_flight - self.in_flight_dequeues >= self.max_requests:
+                return Busy(f"Server busy: {self.max_requests} requests in flight; retry later")
+            self.in_flight += 1
+            return None
+
+    def _refusal_reply(self, name: str, seqid: int, error: PinLaterError) -> bytes:
+        from pinlater.idl import pinlater_thrift as wire
+
+        result = getattr(self._service, name + "_result")()
+        result.e = wire.PinLaterException(errorCode=error.code, message=error.message)
+        return encode_reply(name, seqid, result)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {"in_flight": self.in_flight, "in_flight_dequeues": self.in_flight_dequeues}
+
+
+class QueueSlots:
+    """At most `cap` concurrent holders per queue. Entries exist only while held, so the map
+    is bounded by the number of requests in flight."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def try_acquire(self, queue: str) -> bool:
+        with self._lock:
+            held = self._held.get(queue, 0)
+            if held >= self.cap:
+                return False
+            self._held[queue] = held + 1
+            return True
+
+    def release(self, queue: str) -> None:
+        with self._lock:
+            held = self._held.get(queue, 0) - 1
+            if held > 0:
+                self._held[queue] = held
+            else:
+                self._held.pop(queue, None)
+
+    def held(self, queue: str) -> int:
+        with self._lock:
+            return self._held.get(queue, 0)

@@ -1,0 +1,269 @@
+"""Every Prometheus metric of the server, in one module and one registry.
+
+Names follow `pinlater_<noun>_<unit>` / `_total`; label sets are fixed and the queue is always a
+label, never part of a name. Label values for queues come only from `QueueLabels`, which knows
+the queues that exist (refreshed from the store in the background, plus successful
+createQueue calls): a request naming any other queue is counted under `queue=""`, so a client
+sending random (valid or invalid) names cannot grow the number of series.
+
+Queue depth is read by `DepthCollector` in a background thread at an interval with the
+store's capped counts, never on the request path; a scrape only copies the last snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from pinlater.models import JobState
+
+log = logging.getLogger(__name__)
+
+#: label value for requests whose queue is absent or not a known queue
+NO_QUEUE = ""
+#: depth gauge states: `pending` is runnable now, `pending_future` waits for its run_after
+DEPTH_STATES = ("pending", "pending_future", "in_progress", "succeeded", "failed")
+_REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                    2.5, 5.0, 10.0)
+
+
+class QueueLabels:
+    """The set of queue names allowed as label values. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._known: frozenset[str] = frozenset()
+        self._lock = threading.Lock()
+
+    def label(self, name: object) -> str:
+        """`name` if it is a known queue, else NO_QUEUE (a plain set lookup, no validation
+        needed: only names put in by `add`/`replace` can come out)."""
+        return name if isinstance(name, str) and name in self._known else NO_QUEUE
+
+    def add(self, name: str) -> None:
+        with self._lock:
+            self._known = self._known | {name}
+
+    def replace(self, names: Iterable[str]) -> None:
+        with self._lock:
+            self._known = frozenset(names)
+
+
+class Metrics:
+    """The registry and every metric object; callers use the small record methods."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.queues = QueueLabels()
+        r = self.registry
+        self.requests = Counter(
+            "pinlater_requests", "RPC requests by method, queue and outcome (error code or ok)",
+            ["method", "queue", "outcome"], registry=r)
+        self.request_seconds = Histogram(
+            "pinlater_request_duration_seconds", "RPC latency in the handler",
+            ["method", "queue", "outcome"], buckets=_REQUEST_BUCKETS, registry=r)
+        self.jobs_enqueued = Counter("pinlater_jobs_enqueued", "jobs enqueued", ["queue"],
+                                     registry=r)
+        self.jobs_dequeued = Counter("pinlater_jobs_dequeued",
+                                     "jobs handed out by dequeueJobs (dry runs excluded)",
+                                     ["queue"], registry=r)
+        self.acks = Counter("pinlater_acks",
+                            "acks received (ackDequeuedJobs and piggy-backed), by result",
+                            ["queue", "result"], registry=r)
+        self.jobs_retried = Counter("pinlater_jobs_retried",
+                                    "FAILED jobs moved back to PENDING by retryFailedJobs",
+                                    ["queue"], registry=r)
+        self.jobs_deleted = Counter("pinlater_jobs_deleted", "jobs deleted by deleteJobs",
+                                    ["queue"], registry=r)
+        self.jobs_reclaimed = Counter("pinlater_jobs_reclaimed",
+                                      "expired claims reclaimed by the janitor, by new state",
+                                      ["queue", "to"], registry=r)
+        self.jobs_purged = Counter("pinlater_jobs_purged",
+                                   "finished jobs purged by the janitor, by state",
+                                   ["queue", "state"], registry=r)
+        self.rate_limited = Counter("pinlater_dequeue_refused",
+                                    "dequeueJobs refused, by reason (rate, paused, concurrency)",
+                                    ["queue", "reason"], registry=r)
+        self.admission_refused = Counter("pinlater_admission_refused",
+                                         "requests refused at once by a server-wide cap",
+                                         ["kind"], registry=r)
+        self.shard_seconds = Histogram("pinlater_shard_call_duration_seconds",
+                                       "storage call latency by shard and result",
+                                       ["shard", "result"], buckets=_REQUEST_BUCKETS,
+                                       registry=r)
+        self.reload_errors = Counter("pinlater_config_reload_errors",
+                                     "bad queue-config / ServerSet files (old one kept)",
+                                     ["file"], registry=r)
+        self.janitor_runs = Counter("pinlater_janitor_runs", "janitor passes", registry=r)
+
+    # ---- record methods (names bounded by QueueLabels) ----
+
+    def request(self, method: str, queue: object, outcome: str, seconds: float) -> None:
+        label = self.queues.label(queue)
+        self.requests.labels(method, label, outcome).inc()
+        self.request_seconds.labels(method, label, outcome).observe(seconds)
+
+    def jobs(self, event: str, queue: str, count: int) -> None:
+        """Count `count` jobs of `event` (enqueued, dequeued, acked_succeeded, acked_failed,
+        retried, deleted) on `queue`."""
+        if count <= 0:
+            return
+        label = self.queues.label(queue)
+        if event == "acked_succeeded":
+            self.acks.labels(label, "succeeded").inc(count)
+        elif event == "acked_failed":
+            self.acks.labels(label, "failed").inc(count)
+        else:
+            getattr(self, f"jobs_{event}").labels(label).inc(count)
+
+    def janitor_queue(self, queue: str, reclaimed_pending: int, reclaimed_failed: int,
+                      purged_succeeded: int, purged_failed: int) -> None:
+        label = self.queues.label(queue)
+        for counter, extra, value in (
+                (self.jobs_reclaimed, "pending", reclaimed_pending),
+                (self.jobs_reclaimed, "failed", reclaimed_failed),
+                (self.jobs_purged, "succeeded", purged_succeeded),
+                (self.jobs_purged, "failed", purged_failed)):
+            if value:
+                counter.labels(label, extra).inc(value)
+
+    def dequeue_refused(self, queue: str, reason: str) -> None:
+        self.rate_limited.labels(self.queues.label(queue), reason).inc()
+
+    def shard_call(self, shard: str, seconds: float, ok: bool) -> None:
+        self.shard_seconds.labels(shard, "ok" if ok else "error").observe(seconds)
+
+
+class GaugeCollector(Collector):
+    """Gauges computed at scrape time from cheap in-memory state (no storage access)."""
+
+    def __init__(self, read: Callable[[], list[GaugeMetricFamily]]):
+        self._read = read
+
+    def collect(self):
+        return self._read()
+
+    def describe(self):
+        return []
+
+
+def live_gauges(store, server_stats: Callable[[], dict[str, int]] | None,
+                rate_limits: Callable[[], dict[str, float]] | None) -> GaugeCollector:
+    """Shard health, connections, in-flight requests and effective rate limits, read at scrape
+    time: `server_stats()` gives {"connections": n, "in_flight": n, "in_flight_dequeues": n}."""
+
+    def read() -> list[GaugeMetricFamily]:
+        healthy = GaugeMetricFamily("pinlater_shard_healthy", "1 if the shard takes calls",
+                                    labels=["shard", "dequeue_only"])
+        for spec in store.shard_specs():
+            healthy.add_metric([spec.name, str(bool(spec.dequeue_only)).lower()],
+                               1.0 if store.health.is_healthy(spec.name) else 0.0)
+        families = [healthy]
+        stats = server_stats() if server_stats else {}
+        for key, help_text in (("connections", "client connections open"),
+                               ("in_flight", "requests read and not yet answered"),
+                               ("in_flight_dequeues", "dequeueJobs calls in flight")):
+            families.append(GaugeMetricFamily(f"pinlater_{key}", help_text,
+                                              value=stats.get(key, 0)))
+        limits = GaugeMetricFamily("pinlater_dequeue_rate_limit_jobs_per_second",
+                                   "this server's share of each queue's dequeue rate limit",
+                                   labels=["queue"])
+        for queue, rate in sorted((rate_limits() if rate_limits else {}).items()):
+            limits.add_metric([queue], rate)
+        families.append(limits)
+        return families
+
+    return GaugeCollector(read)
+
+
+class DepthCollector:
+    """Refreshes queue depth by (queue, state, priority) from the store, off the request path.
+
+    One refresh costs 8 x priorities capped counts per queue, each one statement per shard. The
+    gauges are a snapshot: a queue that disappears drops out at the next refresh; a queue whose
+    counts fail keeps its last values (and `pinlater_queue_depth_errors_total` grows).
+    """
+
+    def __init__(self, store, metrics: Metrics, cap: int):
+        self.store = store
+        self.metrics = metrics
+        self.cap = cap
+        self._snapshot: dict[tuple[str, str, int], int] = {}
+        self._refreshed_at = 0.0
+        self.errors = Counter("pinlater_queue_depth_errors",
+                              "queue depth refreshes that failed (values kept)",
+                              registry=metrics.registry)
+        metrics.registry.register(GaugeCollector(self._families))
+
+    def refresh(self) -> None:
+        """Read every existing queue's counts once; also refreshes the known queue names."""
+        try:
+            queues = sorted(self.store.queue_names())
+        except Exception as exc:  # noqa: BLE001 - a dead shard must not stop the collector
+            self.errors.inc()
+            log.warning("queue depth: cannot list queues: %s", exc)
+            return
+        self.metrics.queues.replace(queues)
+        snapshot: dict[tuple[str, str, int], int] = {}
+        for queue in queues:
+            try:
+                snapshot.update(self._queue_counts(queue))
+            except Exception as exc:  # noqa: BLE001
+                self.errors.inc()
+                log.debug("queue depth of %s not refreshed: %s", queue, exc)
+                snapshot.update({k: v for k, v in self._snapshot.items() if k[0] == queue})
+        self._snapshot = snapshot
+        self._refreshed_at = time.time()
+
+    def _queue_counts(self, queue: str) -> dict[tuple[str, str, int], int]:
+        counts = {}
+        for priority in range(1, self.store.num_priorities + 1):
+            for state in JobState:
+                now, future = (self.store.count(queue, state, priority, flag, self.cap, None)
+                               for flag in (False, True))
+                name = state.name.lower()
+                if state is JobState.PENDING:
+                    counts[(queue, "pending", priority)] = now
+                    counts[(queue, "pending_future", priority)] = future
+                else:
+                    counts[(queue, name, priority)] = now + future
+        return counts
+
+    def _families(self) -> list[GaugeMetricFamily]:
+        depth = GaugeMetricFamily("pinlater_queue_jobs",
+                                  f"jobs by queue, state and priority (capped at {self.cap})",
+                                  labels=["queue", "state", "priority"])
+        for (queue, state, priority), value in sorted(self._snapshot.items()):
+            depth.add_metric([queue, state, str(priority)], value)
+        stamp = GaugeMetricFamily("pinlater_queue_jobs_refreshed_timestamp_seconds",
+                                  "when the queue depth gauges were last refreshed",
+                                  value=self._refreshed_at)
+        return [depth, stamp]
+
+
+class DepthThread(threading.Thread):
+    """Runs `DepthCollector.refresh` at once and then every `interval` seconds until stopped."""
+
+    def __init__(self, collector: DepthCollector, interval_seconds: float):
+        super().__init__(name="queue-depth", daemon=True)
+        self.collector = collector
+        self.interval = interval_seconds
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.collector.refresh()
+            except Exception:  # noqa: BLE001
+                log.exception("queue depth refresh failed")
+            self._stopping.wait(self.interval)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout)

@@ -1,0 +1,257 @@
+"""The per-queue settings file (config key `queue_config`) and the ServerSet file
+(`server_set_file`), both re-read when they change.
+
+Queue config, YAML (the native form; unknown keys are errors):
+
+    queues:
+      emails: {max_jobs_per_second: 10.5, claim_timeout_seconds: 300}
+      reports: {max_jobs_per_second: 0}      # 0 pauses the queue's dequeues
+
+or the original PinLater JSON (extra fields inside `queueConfig` are ignored, as there):
+
+    {"queues": [{"name": "emails", "queueConfig": {"maxJobsPerSecond": 5}}]}
+
+`claimTimeoutSeconds` is accepted inside `queueConfig` as an extension. A queue not listed is
+unlimited and uses janitor.claim_timeout_seconds.
+
+ServerSet: one `host:port` per line (the worker SDK's format); each server enforces
+rate / (number of distinct servers listed). A file that is unreadable, malformed or empty after
+start keeps the last good value; at start-up it is a configuration error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pinlater.config import ConfigError, build_section
+
+log = logging.getLogger(__name__)
+
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_]{1,1000}", re.ASCII)
+#: how often the watcher looks at the files (a stat and, when it changed, a read)
+CHECK_INTERVAL_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    #: dequeue rate of the whole cluster (jobs/s); 0 pauses the queue; None = unlimited
+    max_jobs_per_second: float | None = field(default=None, metadata={"range": (0, 1e9)})
+    #: claim timeout for this queue; None = janitor.claim_timeout_seconds
+    claim_timeout_seconds: float | None = field(default=None,
+                                                metadata={"range": (0.001, 30 * 86_400)})
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    queues: Mapping[str, QueueSettings] = field(default_factory=dict)
+
+    def rates(self) -> dict[str, float]:
+        return {name: s.max_jobs_per_second for name, s in self.queues.items()
+                if s.max_jobs_per_second is not None}
+
+
+def parse_queue_config(text: str, origin: str) -> QueueConfig:
+    """Parse the file content (YAML or the original JSON). Raises ConfigError with every
+    problem, each prefixed by `origin`."""
+    if not text.strip():
+        raise ConfigError([f"{origin}: the file is empty"])
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise ConfigError([f"{origin}: neither YAML nor JSON: {exc}"]) from None
+    if not isinstance(data, dict) or set(data) - {"queues"}:
+        raise ConfigError([f"{origin}: the top level must be a mapping with one key, 'queues'"])
+    raw = data.get("queues") or {}
+    problems: list[str] = []
+    if isinstance(raw, list):
+        settings = _parse_original(raw, origin, problems)
+    elif isinstance(raw, dict):
+        settings = {}
+        for name, section in raw.items():
+            path = f"{origin}: queues.{name}"
+            if _check_name(name, path, problems):
+                settings[name] = build_section(QueueSettings, section, path, problems)
+    else:
+        problems.append(f"{origin}: queues: must be a mapping (or the original's list)")
+        settings = {}
+    for name, s in settings.items():
+        for key in ("max_jobs_per_second", "claim_timeout_seconds"):
+            value = getattr(s, key)
+            if value is not None and not math.isfinite(value):
+                problems.append(f"{origin}: queues.{name}.{key}: must be a finite number")
+    if problems:
+        raise ConfigError(problems)
+    return QueueConfig(settings)
+
+
+def _parse_original(items: list, origin: str, problems: list[str]) -> dict[str, QueueSettings]:
+    settings: dict[str, QueueSettings] = {}
+    for i, item in enumerate(items):
+        path = f"{origin}: queues[{i}]"
+        if not isinstance(item, dict) or set(item) - {"name", "queueConfig"}:
+            problems.append(f"{path}: expected {{'name': ..., 'queueConfig': {{...}}}}")
+            continue
+        name, inner = item.get("name"), item.get("queueConfig") or {}
+        if not _check_name(name, f"{path}.name", problems):
+            continue
+        if not isinstance(inner, dict):
+            problems.append(f"{path}.queueConfig: must be a mapping")
+            continue
+        section = {"max_jobs_per_second": inner.get("maxJobsPerSecond"),
+                   "claim_timeout_seconds": inner.get("claimTimeoutSeconds")}
+        section = {k: v for k, v in section.items() if v is not None}
+        if name in settings:
+            problems.append(f"{path}.name: queue {name!r} is listed twice")
+        settings[name] = build_section(QueueSettings, section, f"{path}.queueConfig", problems)
+    return settings
+
+
+def _check_name(name: Any, path: str, problems: list[str]) -> bool:
+    if isinstance(name, str) and _QUEUE_NAME.fullmatch(name):
+        return True
+    problems.append(f"{path}: {name!r} is not a queue name ([A-Za-z0-9_]+)")
+    return False
+
+
+def read_queue_config(path: str) -> QueueConfig:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"queue_config: cannot read {path}: {exc}"]) from None
+    return parse_queue_config(text, f"queue_config {path}")
+
+
+def read_server_count(path: str) -> int:
+    """Number of distinct `host:port` entries in a ServerSet file (raises ConfigError)."""
+    from worker_sdk.serverset import ServerSetError, parse_serverset
+
+    try:
+        endpoints = parse_serverset(Path(path).read_text(encoding="utf-8"), origin=path)
+    except (OSError, UnicodeDecodeError, ServerSetError) as exc:
+        raise ConfigError([f"server_set_file: cannot use {path}: {exc}"]) from None
+    if not endpoints:
+        raise ConfigError([f"server_set_file: {path} lists no servers"])
+    return len(set(endpoints))
+
+
+def check_files(queue_config: str | None, server_set_file: str | None) -> list[str]:
+    """Every problem of the two files (for load_config, before the port is bound)."""
+    problems: list[str] = []
+    for path, read in ((queue_config, read_queue_config), (server_set_file, read_server_count)):
+        if path:
+            try:
+                read(path)
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+    return problems
+
+
+class _WatchedFile:
+    """Tells when a file's content changed (sha256 of the bytes; unreadable = no change)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.digest = self._digest()
+
+    def _digest(self) -> str | None:
+        try:
+            return hashlib.sha256(Path(self.path).read_bytes()).hexdigest()
+        except OSError:
+            return None
+
+    def changed(self) -> bool:
+        digest = self._digest()
+        if digest is None or digest == self.digest:
+            return False
+        self.digest = digest
+        return True
+
+
+class QueueConfigWatcher:
+    """Holds the current queue config and server count and re-reads both files on change.
+
+    `on_change(config, servers)` is called at start and after every accepted change;
+    `on_error(file_kind)` for every rejected file ("queue_config" or "server_set").
+    """
+
+    def __init__(self, queue_config: str | None, server_set_file: str | None,
+                 on_change: Callable[[QueueConfig, int], None],
+                 on_error: Callable[[str], None] | None = None):
+        self._on_change = on_change
+        self._on_error = on_error or (lambda kind: None)
+        self._lock = threading.Lock()
+        self._config_file = _WatchedFile(queue_config) if queue_config else None
+        self._servers_file = _WatchedFile(server_set_file) if server_set_file else None
+        self.config = read_queue_config(queue_config) if queue_config else QueueConfig()
+        self.servers = read_server_count(server_set_file) if server_set_file else 1
+        self._on_change(self.config, self.servers)
+
+    def claim_timeout_for(self, queue: str, default: float) -> float:
+        settings = self.config.queues.get(queue)
+        if settings is None or settings.claim_timeout_seconds is None:
+            return default
+        return settings.claim_timeout_seconds
+
+    def check(self) -> bool:
+        """Re-read changed files; True when a new config or server count was applied."""
+        with self._lock:
+            config, servers = self.config, self.servers
+            if self._config_file is not None and self._config_file.changed():
+                config = self._try(read_queue_config, self._config_file.path, "queue_config",
+                                   config)
+            if self._servers_file is not None and self._servers_file.changed():
+                servers = self._try(read_server_count, self._servers_file.path, "server_set",
+                                    servers)
+            if config is self.config and servers == self.servers:
+                return False
+            self.config, self.servers = config, servers
+            log.info("queue config applied: %d queue(s) configured, %d server(s) share the "
+                     "rates", len(config.queues), servers)
+            self._on_change(config, servers)
+            return True
+
+    def _try(self, read: Callable[[str], Any], path: str, kind: str, old: Any) -> Any:
+        try:
+            return read(path)
+        except ConfigError as exc:
+            self._on_error(kind)
+            log.error("%s %s not applied (keeping the current one): %s", kind, path,
+                      "; ".join(exc.problems))
+            return old
+
+
+class WatcherThread(threading.Thread):
+    """Calls `QueueConfigWatcher.check` every `interval` seconds until stopped."""
+
+    def __init__(self, watcher: QueueConfigWatcher,
+                 interval_seconds: float = CHECK_INTERVAL_SECONDS):
+        super().__init__(name="queue-config-watcher", daemon=True)
+        self.watcher = watcher
+        self.interval = interval_seconds
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopping.wait(self.interval):
+            try:
+                self.watcher.check()
+            except Exception:  # noqa: BLE001
+                log.exception("queue config check failed")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout)
