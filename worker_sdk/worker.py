@@ -429,10 +429,11 @@ class Worker:
             with self._cond:
                 while True:
                     now = time.monotonic()
-                    busy = wait_for_handlers and self._running
                     ack_at = self._ack_due()
-                    if now >= deadline or (not busy and ack_at is None):
+                    if now >= deadline or (ack_at is None and not wait_for_handlers):
                         return
+                    if wait_for_handlers and not self._running:
+                        return  # the ack flush that follows has its own deadline
                     if ack_at is not None and now >= ack_at:
                         break
                     until = deadline if ack_at is None else min(ack_at, deadline)
