@@ -1,0 +1,88 @@
+"""Request log lines and their per-peer rate limit; queue labels bounded to known queues."""
+
+from __future__ import annotations
+
+import logging
+
+from pinlater import request_log
+from pinlater.idl import RequestContext
+from pinlater.metrics import NO_QUEUE, Metrics
+from pinlater.request_log import RequestLog
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_log(caplog, per_minute=3):
+    clock = Clock()
+    caplog.set_level(logging.DEBUG, logger="pinlater.requests")
+    return RequestLog(per_minute, clock), clock
+
+
+def test_success_is_one_debug_line_and_an_error_one_warning_with_all_fields(caplog):
+    rlog, _ = make_log(caplog)
+    request_log.set_peer("10.0.0.1:5555")
+    try:
+        rlog.record("enqueueJobs", RequestContext(source="w1", requestId="r-1"), "q", "ok", 0.002)
+        rlog.record("dequeueJobs", RequestContext(source="w1", requestId="r-2"), "q",
+                    "QUEUE_NOT_FOUND", 0.001, "Queue not found: q")
+    finally:
+        request_log.set_peer(None)
+    debug, warning = caplog.records
+    assert debug.levelno == logging.DEBUG and "method=enqueueJobs" in debug.getMessage()
+    text = warning.getMessage()
+    assert warning.levelno == logging.WARNING
+    for part in ("request_id=r-2", "source=w1",
+                 "peer=10.0.0.1:5555", "method=dequeueJobs", "queue=q",
+                 "outcome=QUEUE_NOT_FOUND", "Queue not found: q"):
+        assert part in text
+
+
+def test_client_supplied_text_cannot_forge_log_lines(caplog):
+    rlog, _ = make_log(caplog)
+    rlog.record("createQueue", RequestContext(source="evil\nFAKE LINE"), "a\nb", "UNKNOWN", 0.0,
+                "bad\ninput")
+    assert "\n" not in caplog.records[0].getMessage()
+
+
+def test_warnings_are_rate_limited_per_peer_and_report_what_was_dropped(caplog):
+    rlog, clock = make_log(caplog, per_minute=3)
+    ctx = RequestContext(source="noisy")
+    for peer in ("10.0.0.1:1", "10.0.0.1:2"):  # same host, new connection: same budget
+        request_log.set_peer(peer)
+        for _ in range(5):
+            rlog.record("dequeueJobs", ctx, "q", "DEQUEUE_RATE_LIMITED", 0.0)
+    request_log.set_peer("10.0.0.2:1")  # another client is not affected
+    rlog.record("dequeueJobs", ctx, "q", "DEQUEUE_RATE_LIMITED", 0.0)
+    assert len(caplog.records) == 4
+    clock.now += 61
+    request_log.set_peer("10.0.0.1:3")
+    rlog.record("dequeueJobs", ctx, "q", "DEQUEUE_RATE_LIMITED", 0.0)
+    request_log.set_peer(None)
+    assert "(7 earlier warnings from this client suppressed)" in caplog.records[-1].getMessage()
+
+
+def test_peer_table_stays_bounded(monkeypatch, caplog):
+    monkeypatch.setattr(request_log, "MAX_PEERS", 50)
+    rlog, clock = make_log(caplog)
+    for i in range(500):
+        clock.now += 0.001
+        request_log.set_peer(f"10.0.{i // 256}.{i % 256}:1")
+        rlog.record("getQueueNames", RequestContext(source="s"), None, "UNKNOWN", 0.0)
+    request_log.set_peer(None)
+    assert len(rlog._peers) <= 50
+
+
+def test_unknown_queue_names_share_one_label():
+    metrics = Metrics()
+    metrics.queues.replace(["real"])
+    for name in ("real", "made_up_1", "made_up_2", "x" * 5000, None, 12):
+        metrics.request("dequeueJobs", name, "ok", 0.01)
+    queues = {s.labels["queue"] for s in metrics.requests.collect()[0].samples}
+    assert queues == {"real", NO_QUEUE}
+    metrics.queues.add("new_one")
+    assert metrics.queues.label("new_one") == "new_one"
