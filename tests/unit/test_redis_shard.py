@@ -489,6 +489,23 @@ def test_scripts_are_reloaded_after_script_flush(shard, server):
     with server.client() as client:
         client.script_flush()
     assert enqueue(shard, b"b") == [2]
+    with server.client() as client:
+        client.script_flush()
+    assert len(shard.scan("q", JobState.PENDING, {1: None, 2: None}, False, 5, None)) == 2
+
+
+def test_shards_on_one_connection_share_a_pool_until_the_last_closes(backend, server):
+    a, b = open_shard(backend, server, "poolA"), open_shard(backend, server, "poolB")
+    assert a._client.connection_pool is b._client.connection_pool
+    other = backend.open_shard(RedisShardSpec(name="poolC", port=server.port, db=1))
+    assert other._client.connection_pool is not a._client.connection_pool
+    a.close()
+    a.close()  # idempotent: does not release b's share
+    b.ping()
+    assert len(backend._pools) == 2
+    b.close()
+    other.close()
+    assert backend._pools == {}
 
 
 def test_oom_refusal_is_storage_full_and_stores_nothing(backend, tmp_path):
