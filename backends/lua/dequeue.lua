@@ -20,14 +20,30 @@ local now_text = pl_int(now)
 local pending = pl_ra_index(qprefix, prio, '0')
 local members = redis.call('ZRANGEBYLEX', pending, '-', '(' .. pl_ra_text(now) .. ';',
   'LIMIT', 0, limit)
+-- The claimed members are ranks 0..n-1 of ra0 (one score, byte order): remove them with one
+-- ZREMRANGEBYRANK and add them to the IN_PROGRESS indexes in chunked ZADDs (chunks keep
+-- unpack() far below Lua's C-stack limit).
+local CHUNK = 200
+local ra_args, ua_args = {}, {}
+local ra1, ua1 = pl_ra_index(qprefix, prio, '1'), pl_ua_index(qprefix, prio, '1')
+local function flush()
+  if #ra_args > 0 then
+    redis.call('ZADD', ra1, unpack(ra_args))
+    redis.call('ZADD', ua1, unpack(ua_args))
+    ra_args, ua_args = {}, {}
+  end
+end
 local out = {}
 for _, member in ipairs(members) do
   local id19 = pl_member_id(member)
   local key = pl_job_key(qprefix, prio, id19)
   local v = redis.call('HMGET', key, 'b', 'aa', 'ar')
-  redis.call('ZREM', pending, member)
   if v[1] then
-    pl_index(qprefix, prio, '1', member, id19, now)
+    ra_args[#ra_args + 1] = 0
+    ra_args[#ra_args + 1] = member
+    ua_args[#ua_args + 1] = now
+    ua_args[#ua_args + 1] = id19
+    if #ra_args >= 2 * CHUNK then flush() end
     redis.call('HSET', key, 's', '1', 'cl', ARGV[6], 'ua', now_text)
     out[#out + 1] = id19
     out[#out + 1] = v[1]
@@ -35,4 +51,6 @@ for _, member in ipairs(members) do
     out[#out + 1] = v[3]
   end
 end
+if #members > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #members - 1) end
+flush()
 return out

@@ -220,6 +220,16 @@ def test_dequeue_claims_and_reports_stored_attempts(shard):
     assert dequeue(shard) == []
 
 
+def test_a_large_dequeue_moves_every_job_between_the_indexes(shard):
+    ids = enqueue(shard, *[b"%d" % i for i in range(450)])  # past the script's ZADD chunk
+    jobs = dequeue(shard, 1000)
+    assert [j.local_id for j in jobs] == ids
+    assert shard.count("q", JobState.PENDING, [1], False, 10**6, None) == 0
+    assert shard.count("q", JobState.IN_PROGRESS, [1], False, 10**6, None) == 450
+    shard.clock_offset_ms = 10_000
+    assert shard.reclaim_expired("q", 1, 5_000, 1000).retried == 450  # ua index complete
+
+
 def test_dry_run_returns_eligible_jobs_without_changing_them(shard):
     ids = enqueue(shard, b"a", b"b")
     before = shard.lookup("q", [(1, i) for i in ids], True)
