@@ -3,6 +3,8 @@ redis-server processes (never the system Redis). Time is moved with the shard's 
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 import zlib
@@ -492,6 +494,23 @@ def test_unreachable_shard_fails_fast_with_a_retriable_error(backend):
     with pytest.raises(ShardError):
         enqueue(shard, b"x")
     shard.close()
+
+
+def test_a_frozen_redis_times_out_instead_of_hanging(backend, tmp_path):
+    with redis_env.running_server(tmp_path / "frozen") as frozen:
+        shard = backend.open_shard(RedisShardSpec(name="frozen", port=frozen.port,
+                                                  socket_timeout_seconds=0.5))
+        shard.create_queue("q")
+        os.kill(frozen.proc.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(ShardError) as err:
+                enqueue(shard, b"x")
+            assert err.value.retriable and time.monotonic() - started < 3
+        finally:
+            os.kill(frozen.proc.pid, signal.SIGCONT)
+        assert enqueue(shard, b"y")  # the pool recovers once Redis answers again
+        shard.close()
 
 
 def test_scripts_are_reloaded_after_script_flush(shard, server):
