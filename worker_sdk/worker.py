@@ -72,7 +72,9 @@ MAX_ACKS_PER_CALL = 1000  # well under the server's limits.max_jobs_per_request
 
 @dataclass
 class WorkerStats:
-    """Counters since the worker started (a snapshot; see Worker.stats())."""
+    """Counters since the worker started (a snapshot; see Worker.stats()). `failed` counts
+    failure acks (attempts), not jobs that ended FAILED; `rescheduled` counts jobs a handler
+    gave back with checkpoint(reschedule=True)."""
 
     started_at: float = field(default_factory=time.monotonic)
     dequeued: int = 0
@@ -421,7 +423,10 @@ class Worker:
         if unsent:
             log.error("could not send %d acks before exiting; those jobs run again after the "
                       "claim timeout: %s", len(unsent), ", ".join(unsent))
-        log.info("worker stopped: %s", self.stats())
+        stats = self.stats()
+        log.info("worker stopped: %d dequeued, %d succeeded, %d failed, %d rescheduled, "
+                 "%d acks sent, %d RPC errors", stats.dequeued, stats.succeeded, stats.failed,
+                 stats.rescheduled, stats.acks_sent, stats.rpc_errors)
         return not abandoned and not unsent
 
     def _flush_until(self, deadline: float, *, wait_for_handlers: bool) -> None:

@@ -127,7 +127,7 @@ class StatusLine:
 
 
 def format_status(stats, rate: float) -> str:
-    return (f"{rate:.1f} jobs/s | {stats.succeeded} succeeded | {stats.failed} failed | "
+    return (f"{rate:.1f} jobs/s | {stats.succeeded} successes | {stats.failed} failures | "
             f"{stats.in_flight} in flight | {stats.acks_pending} acks pending")
 
 

@@ -48,7 +48,7 @@ def test_bad_options_are_usage_errors(argv):
 def test_status_line_text():
     stats = WorkerStats(succeeded=10, failed=2, in_flight=3, acks_pending=1)
     assert format_status(stats, 12.345) == (
-        "12.3 jobs/s | 10 succeeded | 2 failed | 3 in flight | 1 acks pending")
+        "12.3 jobs/s | 10 successes | 2 failures | 3 in flight | 1 acks pending")
 
 
 def test_log_records_print_above_the_status_line():
