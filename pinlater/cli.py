@@ -2,7 +2,7 @@
 
 Subcommands are named after the original PinLaterClientTool modes (create, delete, enqueue,
 dequeue, check_dequeue, lookup, get_queue_names, get_job_count, scan, retry_failed,
-delete_jobs, checkpoint) plus `hash-password`; hyphenated aliases work too. The original's
+delete_jobs, checkpoint) plus `hash-password` and `stats`; hyphenated aliases work too. The original's
 underscore flags (--job_descriptor, --num_queries ...) are accepted beside hyphenated ones.
 
 Exit codes: 0 success, 1 the server reported an error (its ErrorCode name is printed),
@@ -20,7 +20,7 @@ import time
 from typing import TextIO
 
 from pinlater import cli_format as fmt
-from pinlater import cli_load
+from pinlater import cli_load, cli_stats
 from pinlater.passwords import DEFAULT_ITERATIONS, hash_password
 from worker_sdk.client import PinLaterClient
 from worker_sdk.errors import PinLaterError, PinLaterTransportError
@@ -184,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-after", type=_run_after, help="epoch ms, or +N[ms|s|m|h|d]")
     p.add_argument("--attempts", type=_positive, help="set attempts allowed and remaining")
     p.add_argument("--prepend-status", help="text prepended to the custom status")
+    p = command("stats", cmd_stats, "server health and per-queue job counts by priority")
+    cli_stats.add_arguments(p)
     p = command("hash-password", cmd_hash_password,
                 "print a pbkdf2_sha256 hash for admin.password_hash")
     p.add_argument("--iterations", type=_positive, default=DEFAULT_ITERATIONS)
@@ -394,6 +396,12 @@ def cmd_checkpoint(args, out, err):
         client.checkpoint(args.queue, requests)
     _emit(args, out, {"checkpointed": args.descriptors},
           f"Checkpointed {len(requests)} job(s)")
+
+
+def cmd_stats(args, out, err):
+    if args.watch is not None and args.watch <= 0:
+        raise UsageError("--watch must be a positive number of seconds")
+    return cli_stats.run(args, out, lambda: make_client(args))
 
 
 def cmd_hash_password(args, out, err):

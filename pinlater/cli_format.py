@@ -106,3 +106,17 @@ def dequeued_table(jobs: Sequence[DequeuedJob]) -> str:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def health_summary(status: int | None, health: dict[str, Any], error: str = "") -> str:
+    """One line for `pinlater stats`: server status, version, uptime and shard health."""
+    if status is None:
+        return f"health: not available ({error})"
+    shards = ", ".join(
+        f"{s.get('name')}{'' if s.get('healthy') else ' UNHEALTHY'}"
+        f"{' (dequeue only)' if s.get('dequeue_only') else ''}"
+        for s in health.get("shards", []))
+    uptime = health.get("uptime_seconds")
+    uptime_text = "-" if uptime is None else str(datetime.timedelta(seconds=int(uptime)))
+    return (f"health: {health.get('status', status)} (HTTP {status}), version "
+            f"{health.get('version', '?')}, up {uptime_text}, shards: {shards or '-'}")

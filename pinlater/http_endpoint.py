@@ -30,7 +30,8 @@ def health_report(store, started: float) -> tuple[int, dict]:
               for spec in store.shard_specs()]
     status = 200 if enqueue else 503
     return status, {"status": "ok" if enqueue else "unavailable", "version": __version__,
-                    "uptime_seconds": round(time.monotonic() - started, 3), "shards": shards}
+                    "uptime_seconds": round(time.monotonic() - started, 3),
+                    "priorities": store.num_priorities, "shards": shards}
 
 
 class _Handler(BaseHTTPRequestHandler):
