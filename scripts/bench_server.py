@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Benchmark a PinLater server end to end with the CLI's load modes, per backend.
+
+Starts throwaway storage (SQLite files, a redis-server with the chosen appendfsync, or a
+durable mariadbd with innodb_flush_log_at_trx_commit=1) and a `pinlater-server` subprocess on
+it, then runs `pinlater enqueue` and `pinlater dequeue` load modes (batch 100, concurrency 4 by
+default) and prints jobs/s and p50/p99 for each. Loopback only; every process is stopped after.
+
+    python scripts/bench_server.py --backend sqlite
+    python scripts/bench_server.py --backend redis --fsync everysec
+    python scripts/bench_server.py --backend mysql
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.server_process import ServerProcess  # noqa: E402
+
+
+@contextlib.contextmanager
+def storage(kind: str, tmp: Path, fsync: str):
+    """Yield the `backend:` config section for one throwaway shard of `kind`."""
+    if kind == "sqlite":
+        yield {"kind": "sqlite", "data_dir": str(tmp / "sqlite"), "shards": [{"name": "1"}]}
+    elif kind == "redis":
+        from tests.support.redis_env import running_server
+        with running_server(tmp / "redis", appendfsync=fsync) as server:
+            yield {"kind": "redis", "shards": [server.shard("r1")]}
+    elif kind == "mysql":
+        from tests.support import mysql_env
+        with mysql_env.bench_shard(tmp / "mysql") as shard:
+            yield {"kind": "mysql", "shards": [shard]}
+    else:
+        raise SystemExit(f"unknown backend {kind}")
+
+
+def load(server: ServerProcess, mode: str, queue: str, args) -> dict:
+    cmd = [sys.executable, "-m", "pinlater.cli", "--host", server.host, "--port",
+           str(server.port), "--json", mode, "--queue", queue, "--num_queries",
+           str(args.jobs // args.batch), "--batch_size", str(args.batch), "--concurrency",
+           str(args.concurrency)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT,
+                         timeout=600).stdout
+    reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return reports[-1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=["sqlite", "redis", "mysql"], default="sqlite")
+    parser.add_argument("--fsync", choices=["always", "everysec"], default="everysec",
+                        help="redis appendfsync")
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--concurrency", type=int, default=4)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="pinlater-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        with storage(args.backend, tmp, args.fsync) as backend:
+            config = {"backend": backend, "janitor": {"enabled": False}}
+            with ServerProcess(config, tmp / "server") as server:
+                subprocess.run([sys.executable, "-m", "pinlater.cli", "--host", server.host,
+                                "--port", str(server.port), "create", "--queue", "bench"],
+                               check=True, capture_output=True, cwd=ROOT)
+                results = {mode: load(server, mode, "bench", args)
+                           for mode in ("enqueue", "dequeue")}
+    label = args.backend + (f" (appendfsync {args.fsync})" if args.backend == "redis" else "")
+    print(f"backend {label}, batch {args.batch}, concurrency {args.concurrency}, "
+          f"{args.jobs} jobs")
+    for mode, report in results.items():
+        print(f"  {mode:8s} {_fmt(report)}")
+    return 0
+
+
+def _fmt(report: dict) -> str:
+    keys = {k: report.get(k) for k in ("jobs_per_s", "p50_ms", "p99_ms", "jobs", "errors")}
+    return ", ".join(f"{k} {v}" for k, v in keys.items())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
