@@ -262,8 +262,14 @@ class MySQLShard(SQLShard):
         return int(cur.fetchone()[0]) + self.clock_offset_ms
 
     def now_ms(self) -> int:
-        with self._read() as cur:
-            return self._tx_now(cur)
+        with self._connection() as conn:
+            cur = conn.cursor()
+            try:
+                return self._tx_now(cur)
+            except pymysql.err.Error as exc:
+                raise self._translate(exc) from exc
+            finally:
+                cur.close()
 
     def server_info(self) -> ServerInfo:
         """What the instance supports (read from it on first use)."""

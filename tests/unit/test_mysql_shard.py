@@ -463,6 +463,30 @@ def test_dequeue_only_is_not_part_of_the_connection_key(server):
     assert a.settings() == b.settings()
 
 
+def test_hot_reload_reuses_shards_when_only_dequeue_only_changes(server):
+    from pinlater.sharded import ShardedBackend
+
+    backend = MySQLBackend({}, StorageLimits())
+    store = ShardedBackend(backend, parse([server.shard("1", databases_per_queue=2)]),
+                           num_priorities=3)
+    try:
+        name = f"q{next(_names)}"
+        store.create_queue(name)
+        before = {n: store.shard(n) for n in ("1", "1d1")}
+        store.reload(parse([server.shard("1", databases_per_queue=2, dequeue_only=True)]))
+        assert all(store.shard(n) is before[n] for n in before)
+        assert store.enqueue_candidates() == []
+        old_pool = before["1"]._pool
+        store.reload(parse([server.shard("1", databases_per_queue=2, pool_size=3)]))
+        assert store.shard("1")._pool is not old_pool and old_pool.closed
+        assert store.shard("1")._pool is store.shard("1d1")._pool
+        assert name in store.queue_names()
+        assert len(store.enqueue(name, [NewJob(body=b"x")])) == 1
+        store.delete_queue(name)
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("entries, problem", [
     ([{"name": "1", "databases_per_queue": 2}, {"name": "1d1"}], "produced twice"),
     ([{"name": "1", "database_prefix": "bad_prefix"}], "database_prefix"),
