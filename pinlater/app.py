@@ -68,7 +68,7 @@ class App:
             config.admission.max_concurrent_requests,
             config.admission.dequeue_cap(config.server.worker_threads), PinLater,
             on_refused=lambda kind: self.metrics.admission_refused.labels(kind).inc())
-        self.depth = DepthCollector(self.store, self.metrics, cap=config.limits.count_cap)
+        self.depth = DepthCollector(self.store, self.metrics, cap=config.metrics.depth_count_cap)
         self._server_stats = self.admission.stats
         self.metrics.registry.register(
             live_gauges(self.store, lambda: self._server_stats(), self.limiter.shares))

@@ -117,6 +117,8 @@ class MetricsConfig:
     port: int = field(default=9999, metadata=_range(0, 65535))
     #: how often the queue depth gauges are refreshed from the store (never on a request)
     depth_interval_seconds: float = field(default=15.0, metadata=_range(0.05, 86_400))
+    #: each depth gauge counts at most this many jobs (keeps a refresh cheap on big queues)
+    depth_count_cap: int = field(default=100_000, metadata=_range(1, 2**31 - 1))
 
 
 @dataclass(frozen=True)

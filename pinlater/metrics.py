@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -99,7 +99,6 @@ class Metrics:
         self.reload_errors = Counter("pinlater_config_reload_errors",
                                      "bad queue-config / ServerSet files (old one kept)",
                                      ["file"], registry=r)
-        self.janitor_runs = Counter("pinlater_janitor_runs", "janitor passes", registry=r)
 
     # ---- record methods (names bounded by QueueLabels) ----
 
