@@ -148,7 +148,7 @@ def test_admission_caps_answer_a_dequeue_burst_at_once_and_enqueues_still_pass(t
               "admission": {"max_concurrent_dequeues": 2, "max_concurrent_requests": 50}}
     with OperatingServer(tmp_path, config) as srv:
         fill(srv.client(), "burst", 100)
-        slow_dequeues(srv, 1.0)
+        slow_dequeues(srv, 2.0)
         results: list[tuple[str, float]] = []
         lock = threading.Lock()
         clients = [srv.client() for _ in range(12)]
@@ -189,7 +189,7 @@ def test_per_queue_dequeue_cap_leaves_room_for_other_queues(tmp_path):
     with OperatingServer(tmp_path, config) as srv:
         fill(srv.client(), "hot", 50)
         fill(srv.client(), "cold", 5)
-        slow_dequeues(srv, 0.8)
+        slow_dequeues(srv, 2.0)
         outcomes: list[str] = []
         lock = threading.Lock()
 
