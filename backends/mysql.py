@@ -39,7 +39,7 @@ from backends.mysql_pool import (
 from backends.sql_base import QueryBook, SQLDialect, SQLShard, _match_params
 from pinlater.backend import Backend, ShardSpec, StorageLimits
 from pinlater.config import ConfigError, _range, parse_shard_list
-from pinlater.errors import ShardError
+from pinlater.errors import QueueNotFound, ShardError
 from pinlater.job_descriptor import SHARD_NAME_PATTERN
 from pinlater.models import Ack, ClaimMatch, DequeuedJob
 
@@ -216,7 +216,33 @@ class MySQLShard(SQLShard):
     @contextmanager
     def _transaction(self, read_only: bool) -> Iterator[Any]:
         """One transaction, committed when the block succeeds, else rolled back; pymysql errors
-        leave as ShardError/StorageFull/QueueNotFound, anything else unchanged."""
+        leave as ShardError/StorageFull/QueueNotFound, anything else unchanged.
+
+        A queue whose database exists but lacks a job table (priority levels were added to the
+        config after it was created) gets the missing tables here, and the call fails with a
+        retriable ShardError so the layer above simply retries it."""
+        try:
+            with self._connected_transaction(read_only) as cur:
+                yield cur
+        except QueueNotFound as exc:
+            if self._create_missing_tables(exc.queue):
+                raise ShardError(self.name, f"created missing job tables of queue "
+                                 f"{exc.queue!r}; retry", retriable=True) from exc
+            raise
+
+    def _create_missing_tables(self, queue: str) -> bool:
+        """CREATE TABLE IF NOT EXISTS for every priority of an existing queue database (never
+        the database itself: a concurrent deleteQueue must not be undone). True if it did."""
+        db = self.database(queue)
+        try:
+            self._ddl([self.queries.render("create_job_table", table=(db, f"jobs_p{p}"))
+                       for p in range(1, self.limits.num_priorities + 1)])
+        except (QueueNotFound, ShardError):  # the database is gone (1049) or unreachable
+            return False
+        return True
+
+    @contextmanager
+    def _connected_transaction(self, read_only: bool) -> Iterator[Any]:
         with self._connection() as conn:
             cur = conn.cursor()
             try:

@@ -401,6 +401,37 @@ def test_create_queue_is_idempotent_and_creates_missing_priority_tables(backend,
     shard.close()
 
 
+def test_priority_tables_added_to_the_config_later_are_created_on_first_use(server):
+    from pinlater.sharded import ShardedBackend
+
+    small = MySQLBackend({}, StorageLimits(num_priorities=2))
+    shard = open_shard(small, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    shard.close()
+    small.close()
+    backend = MySQLBackend({}, StorageLimits(num_priorities=3))
+    store = ShardedBackend(backend, parse([server.shard("1")]), num_priorities=3)
+    try:
+        store.enqueue(name, [NewJob(body=b"p1")])
+        with pytest.raises(ShardError) as caught:  # directly: one retriable failure
+            store.shard("1").dequeue(name, 3, 1, None)
+        assert caught.value.retriable
+        assert store.shard("1").enqueue(name, [NewJob(body=b"p3", priority=3)]) == [1]
+        got = store.dequeue(name, 10, SOURCE)
+        assert sorted(job.body for _, job in got) == [b"p1", b"p3"]
+    finally:
+        store.delete_queue(name)
+        store.close()
+    backend = MySQLBackend({}, StorageLimits(num_priorities=3))
+    shard = open_shard(backend, server)
+    with pytest.raises(QueueNotFound):  # a deleted queue is not resurrected by the repair
+        shard.dequeue(name, 3, 1, None)
+    assert name not in shard.queue_names()
+    shard.close()
+    backend.close()
+
+
 def test_queue_names_come_only_from_this_shards_exact_database_pattern(shard, server):
     foreign = ["plq_10_other", "plq_1d1_sibling", "plqx_1_prefix", "plq_1_bad-name"]
     for db in foreign:
