@@ -258,7 +258,7 @@ class ShardedBackend:
                     continue
                 got.extend((JobDescriptor(queue, name, job.priority, job.local_id), job)
                            for job in jobs)
-            if len(missing) == len(healthy):
+            if len(missing) == len(healthy) and not got:
                 raise QueueNotFound(queue)
         if not got and failure is not None and not any(
                 self.health.is_healthy(n) for n in healthy):
