@@ -382,7 +382,8 @@ class Rig:
                 "faults": faults, "seconds": round(time.monotonic() - self.started, 1),
                 "threads": (f"{res['base_threads']}/{res['peak_threads']}/"
                             f"{res.get('end_threads', '?')}" if res else "-"),
-                "rss_mb": (f"{res['base_rss'] // 1024}/{res.get('end_rss', 0) // 1024}"
+                "rss_mb": (f"{res['base_rss'] // 1024}/"
+                           f"{res['end_rss'] // 1024 if 'end_rss' in res else '?'}"
                            if res else "-"),
                 "delivery_histogram": report.delivery_histogram,
                 "extra_stored_copies": report.stored_copies_extra,

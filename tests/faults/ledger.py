@@ -100,7 +100,8 @@ def load(path: Path | str) -> list[dict[str, Any]]:
 
 COLUMNS = [("scenario", 4), ("backend", 7), ("enq_ok", 6), ("enq_fail", 8), ("enq_unknown", 11),
            ("recovered", 9), ("acked", 5), ("lost", 4), ("dup_deliveries", 14),
-           ("max_deliveries", 14), ("stale_acks_rejected", 19), ("faults", 30),
+           ("max_deliveries", 14), ("stale_acks_rejected", 19), ("misreported_acks", 16),
+           ("faults", 30),
            ("threads", 9), ("rss_mb", 9), ("seconds", 7), ("verdict", 7)]
 
 

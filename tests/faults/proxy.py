@@ -44,9 +44,12 @@ class Mode:
 
 
 def _reset(sock: socket.socket) -> None:
-    """Close with SO_LINGER 0: the peer gets a RST instead of an orderly FIN."""
+    """Close with SO_LINGER 0: the peer gets a RST instead of an orderly FIN. SHUT_RD first
+    wakes a pump thread blocked in recv() on it (and sends nothing), so the close is not held
+    back by that call."""
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RD)
     except OSError:
         pass
     try:
@@ -79,10 +82,6 @@ class _Link:
                 return
             self.closed = True
         for sock in (self.client, self.upstream):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             _reset(sock)
         self.proxy._forget(self)
 
@@ -93,6 +92,8 @@ class _Link:
             except OSError:
                 break
             if not data:
+                if self.closed:  # woken by reset(): pass no FIN on
+                    return
                 try:
                     dst.shutdown(socket.SHUT_WR)  # pass the orderly close on
                 except OSError:
