@@ -25,6 +25,15 @@ from pinlater.sharded import ShardedBackend
 log = logging.getLogger(__name__)
 
 
+class NotDurable(Exception):
+    """`backend.require_durable` is set and some shard could lose accepted jobs."""
+
+    def __init__(self, warnings: list[str]):
+        super().__init__(f"backend.require_durable is set and {len(warnings)} durability "
+                         "problem(s) were found")
+        self.warnings = warnings
+
+
 class App:
     """Everything a server process runs besides the network loop."""
 
@@ -86,10 +95,16 @@ class App:
                                    counts.purged_succeeded, counts.purged_failed)
 
     def start_background(self) -> None:
-        """Start the janitor and shard maintenance threads; log durability warnings."""
+        """Start the janitor and shard maintenance threads; log durability warnings. Raises
+        NotDurable (before starting anything) when `backend.require_durable` is set and any
+        shard reported a warning."""
+        problems = []
         for name in self.store.shard_names():
             for warning in self.store.shard(name).durability_warnings():
                 log.warning("DURABILITY: shard %s: %s", name, warning)
+                problems.append(warning)
+        if problems and self.config.backend.require_durable:
+            raise NotDurable(problems)
         if self.config.janitor.enabled:
             self._threads.append(JanitorThread(self.janitor, self.config.janitor.interval_seconds))
         watcher = None

@@ -33,6 +33,21 @@ def _range(lo: float | None = None, hi: float | None = None) -> dict:
 
 
 @dataclass(frozen=True)
+class TlsConfig:
+    """TLS on the Thrift port (`server.tls`); off by default. See pinlater/tls.py."""
+
+    enabled: bool = False
+    #: PEM certificate chain of the server (required when enabled)
+    cert_file: str | None = None
+    #: PEM private key; None = the key is in cert_file
+    key_file: str | None = None
+    #: PEM CA bundle for client certificates; set = mutual TLS (clients without one are refused)
+    client_ca_file: str | None = None
+    #: the whole handshake of one connection must finish within this long (in its own thread)
+    handshake_timeout_seconds: float = field(default=5.0, metadata=_range(0.05, 300))
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = field(default=9010, metadata=_range(0, 65535))
@@ -47,6 +62,7 @@ class ServerConfig:
     worker_threads: int = field(default=32, metadata=_range(1, 4096))
     #: on SIGTERM/SIGINT, in-flight requests get this long to finish
     shutdown_grace_seconds: float = field(default=10.0, metadata=_range(0, 3600))
+    tls: TlsConfig = TlsConfig()
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,8 @@ class BackendConfig:
     options: Mapping[str, Any] = field(default_factory=dict)
     #: optional YAML file with a `shards:` list, watched and hot-reloaded where supported
     shard_map_file: str | None = None
+    #: refuse to start when any shard reports durability warnings (it could lose accepted jobs)
+    require_durable: bool = False
 
 
 @dataclass(frozen=True)
@@ -272,6 +290,7 @@ def _build_config(raw: dict[str, Any], problems: list[str]) -> Config:
         except ValueError as exc:
             problems.append(f"admin.password_hash: {exc} (make one with `pinlater hash-password`)")
     _check_operating(config, problems)
+    _check_tls(config.server.tls, problems)
     if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         problems.append(f"log_level: {config.log_level!r} is not a log level")
     return config
@@ -291,6 +310,29 @@ def _check_operating(config: Config, problems: list[str]) -> None:
         problems.extend(check_files(config.queue_config, config.server_set_file))
 
 
+def _check_tls(tls: TlsConfig, problems: list[str]) -> None:
+    """With TLS on, the certificate and key must load (reported before the port is bound)."""
+    if not tls.enabled:
+        return
+    if not tls.cert_file:
+        problems.append("server.tls.cert_file: required when server.tls.enabled is true")
+        return
+    from pinlater.tls import server_context
+    import ssl
+
+    try:
+        server_context(tls.cert_file, tls.key_file, None)
+    except (OSError, ssl.SSLError) as exc:
+        problems.append(f"server.tls.cert_file: cannot load {tls.cert_file}"
+                        f"{' / ' + tls.key_file if tls.key_file else ''}: {exc}")
+    if tls.client_ca_file:
+        try:
+            ssl.create_default_context(cafile=tls.client_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            problems.append(f"server.tls.client_ca_file: cannot load {tls.client_ca_file}: "
+                            f"{exc}")
+
+
 def _build_backend(raw: Any, problems: list[str]) -> BackendConfig:
     from backends import backend_class  # lazy: the registry imports backends on demand
 
@@ -301,6 +343,9 @@ def _build_backend(raw: Any, problems: list[str]) -> BackendConfig:
     kind = str(raw.pop("kind", "sqlite"))
     shard_map_file = raw.pop("shard_map_file", None)
     shards_raw = raw.pop("shards", None)
+    require_durable = _coerce(raw.pop("require_durable", False), bool,
+                              "backend.require_durable", problems, None)
+    require_durable = require_durable is True
     try:
         cls = backend_class(kind)
     except KeyError as exc:
@@ -315,7 +360,8 @@ def _build_backend(raw: Any, problems: list[str]) -> BackendConfig:
         problems.extend(exc.problems)
         return BackendConfig(kind=kind)
     return BackendConfig(kind=kind, shards=tuple(specs), options=options,
-                         shard_map_file=None if shard_map_file is None else str(shard_map_file))
+                         shard_map_file=None if shard_map_file is None else str(shard_map_file),
+                         require_durable=require_durable)
 
 
 def read_shard_map(path: str) -> Any:
@@ -342,7 +388,9 @@ def build_section(cls: type, raw: Any, path: str, problems: list[str]) -> Any:
             problems.append(f"{path}.{key}: unknown key (expected one of {', '.join(known)})")
     kwargs = {}
     for name, fld in known.items():
-        if name in raw:
+        if name in raw and dataclasses.is_dataclass(_hint(cls, name)):  # a nested section
+            kwargs[name] = build_section(_hint(cls, name), raw[name], f"{path}.{name}", problems)
+        elif name in raw:
             value = _coerce(raw[name], _hint(cls, name), f"{path}.{name}", problems,
                             fld.metadata.get("range"))
             if value is not _INVALID:

@@ -99,6 +99,10 @@ class Metrics:
         self.reload_errors = Counter("pinlater_config_reload_errors",
                                      "bad queue-config / ServerSet files (old one kept)",
                                      ["file"], registry=r)
+        self.frames_rejected = Counter(
+            "pinlater_frames_rejected",
+            "frames or connections refused before reaching the handler, by reason (fixed set: "
+            "pinlater.server_loop.REJECT_REASONS)", ["reason"], registry=r)
 
     # ---- record methods (names bounded by QueueLabels) ----
 
@@ -133,6 +137,9 @@ class Metrics:
 
     def dequeue_refused(self, queue: str, reason: str) -> None:
         self.rate_limited.labels(self.queues.label(queue), reason).inc()
+
+    def frame_rejected(self, reason: str) -> None:
+        self.frames_rejected.labels(reason).inc()
 
     def shard_call(self, shard: str, seconds: float, ok: bool) -> None:
         self.shard_seconds.labels(shard, "ok" if ok else "error").observe(seconds)

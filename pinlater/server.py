@@ -6,7 +6,8 @@ Flags override PINLATER_* environment variables, which override the file. With n
 serves the embedded SQLite backend from ./pinlater-data/ on 127.0.0.1:9010.
 
 Exit codes: 0 after a graceful shutdown (SIGTERM/SIGINT) in which every in-flight request
-finished; 1 if the port cannot be bound, the App cannot be built, or the shutdown grace period
+finished; 1 if the port cannot be bound, the App cannot be built, `backend.require_durable` is
+set and a shard could lose accepted jobs (the warnings are printed), or the shutdown grace period
 ran out with requests still running; 2 for an invalid configuration (reported before binding).
 A second SIGTERM/SIGINT during shutdown exits at once with 128 + the signal number.
 
@@ -26,7 +27,8 @@ import sys
 from typing import Any
 
 from pinlater.config import Config, ConfigError, load_config
-from pinlater.server_loop import Server
+from pinlater.server_loop import Rejections, Server
+from pinlater.server_wirecheck import WireLimits
 from pinlater.transport import Dispatcher
 
 log = logging.getLogger("pinlater.server")
@@ -124,20 +126,24 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(config: Config, sock: socket.socket) -> int:
     """Build the App on an already bound socket, serve until a signal, then close the App."""
-    from pinlater.app import App  # imported late: config errors are reported without it
+    from pinlater.app import App, NotDurable  # imported late: config errors need neither
     from pinlater.idl import PinLater
 
     app = None
     try:
         app = App(config)
         app.start_background()
+        rejections = Rejections(app.metrics.frame_rejected)
+        server = Server(sock, config.server, dispatcher(config, app.handler, rejections),
+                        app.admission, rejections)
+    except NotDurable as exc:
+        print(f"pinlater-server: refusing to start: {exc}", file=sys.stderr)
+        for problem in exc.warnings:
+            print(f"  {problem}", file=sys.stderr)
+        return _abandon_start(app, sock)
     except Exception:  # noqa: BLE001 - report any start failure and exit non-zero
         log.exception("pinlater-server: cannot start")
-        if app is not None:
-            app.close()
-        sock.close()
-        return 1
-    server = Server(sock, config.server, Dispatcher(PinLater, app.handler), app.admission)
+        return _abandon_start(app, sock)
     app.attach_server(server)
     install_signal_handlers(server)
     log.info("%s", describe(config, app, server.address))
@@ -147,6 +153,24 @@ def run(config: Config, sock: socket.socket) -> int:
         app.close()
     log.info("pinlater-server stopped%s", "" if drained else " (requests abandoned)")
     return 0 if drained else 1
+
+
+def dispatcher(config: Config, handler: Any, rejections: Rejections) -> Dispatcher:
+    """The request dispatcher with its wire check. Containers may hold up to twice the
+    per-request cap: a slightly oversized request still reaches the handler, whose
+    PinLaterException names the field; anything far larger is cut before decoding."""
+    from pinlater.idl import PinLater
+
+    limits = WireLimits(max_items=2 * config.limits.max_jobs_per_request)
+    return Dispatcher(PinLater, handler, wire_limits=limits,
+                      on_reject=rejections.from_dispatcher)
+
+
+def _abandon_start(app: Any, sock: socket.socket) -> int:
+    if app is not None:
+        app.close()
+    sock.close()
+    return 1
 
 
 if __name__ == "__main__":

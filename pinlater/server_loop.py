@@ -5,6 +5,15 @@ connection beyond the cap is accepted and closed at once, so the client fails fa
 hanging in the listen backlog). Handler calls additionally take one of `worker_threads` slots,
 so storage never sees more concurrent requests than that however many clients are connected.
 
+TLS (`settings.tls.enabled`): the accept loop never does TLS work; each connection thread wraps
+its socket and completes the handshake under one total deadline (pinlater.tls), so a silent
+client cannot stall anyone else's handshake.
+
+Hostile input: a bad frame length, a frame that arrives too slowly, an unreadable message
+header or a failed handshake closes that connection; arguments that fail the wire check get a
+PROTOCOL_ERROR reply (pinlater.transport). Every such rejection goes through `Rejections`:
+counted by reason (pinlater_frames_rejected_total) and logged at most once per reason per 5 s.
+
 Shutdown (`request_shutdown`, safe to call from a signal handler): the accept loop stops and the
 listening socket is closed; idle connections are closed right away; a connection with a request
 in flight finishes it, writes the reply and then closes. `serve_forever` returns after every
@@ -19,10 +28,12 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pinlater import request_log
+from pinlater import request_log, tls
 from pinlater.config import ServerConfig
+from pinlater.server_wirecheck import REASONS as WIRE_REASONS
 from pinlater.transport import (
     Dispatcher, FrameError, FrameReader, FrameTimeout, MalformedRequest, PeerClosed, frame,
 )
@@ -54,17 +65,46 @@ class RateLimitedLog:
         log.warning(msg + suffix, *args)
 
 
+#: label values of pinlater_frames_rejected_total
+REJECT_REASONS = ("frame_length", "frame_timeout", "malformed", "tls_handshake",
+                  "decode_error") + WIRE_REASONS
+
+
+class Rejections:
+    """Where rejected input is reported: `count(reason)` (a metric) and a rate-limited log."""
+
+    def __init__(self, count: Callable[[str], None] | None = None,
+                 warnings: RateLimitedLog | None = None):
+        self._count = count
+        self._warnings = warnings or RateLimitedLog()
+
+    def reject(self, reason: str, peer: str, detail: object, closing: bool = True) -> None:
+        if self._count is not None:
+            self._count(reason)
+        self._warnings.warning(f"reject:{reason}", "%s from %s (%s): %s",
+                               "closing connection" if closing else "rejected request", peer,
+                               reason, detail)
+
+    def from_dispatcher(self, reason: str, detail: str) -> None:
+        """The Dispatcher's `on_reject` hook (runs in the connection thread, which set the peer);
+        the request is answered and the connection kept."""
+        self.reject(reason, request_log.current_peer() or "?", detail, closing=False)
+
+
 class Server:
     """Serves framed Thrift requests from a bound, listening socket until shut down."""
 
     def __init__(self, sock: socket.socket, settings: ServerConfig, dispatcher: Dispatcher,
-                 admission: "Admission | None" = None):
-        """`admission` (pinlater.admission) refuses requests over its caps at once."""
+                 admission: "Admission | None" = None, rejections: Rejections | None = None):
+        """`admission` (pinlater.admission) refuses requests over its caps at once. TLS is set
+        up from `settings.tls` (raises OSError/ssl.SSLError if its files do not load)."""
         self.settings = settings
         self.dispatcher = dispatcher
         self.admission = admission
         self.worker_slots = threading.BoundedSemaphore(settings.worker_threads)
         self.warnings = RateLimitedLog()
+        self.rejections = rejections or Rejections(warnings=self.warnings)
+        self.tls_context = tls.server_context_from(settings.tls)
         self._sock = sock
         self._sock.setblocking(False)
         self._wake_r, self._wake_w = os.pipe()
@@ -186,9 +226,12 @@ class Connection:
     def run(self) -> None:
         settings = self.server.settings
         request_log.set_peer(self.peer)
+        reject = self.server.rejections.reject
         try:
             self.sock.settimeout(None)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.server.tls_context is not None and not self._start_tls():
+                return
             reader = FrameReader(self.sock, settings.max_frame_bytes, self._mark_busy)
             while self._mark_idle():
                 payload = reader.read_frame(settings.idle_timeout_seconds,
@@ -196,12 +239,12 @@ class Connection:
                 if payload is None:
                     break
                 self._serve_one(payload, settings.frame_read_timeout_seconds)
-        except (FrameError, MalformedRequest) as exc:
-            self.server.warnings.warning("bad-frame", "closing connection from %s: %s",
-                                         self.peer, exc)
+        except FrameError as exc:
+            reject("frame_length", self.peer, exc)
+        except MalformedRequest as exc:
+            reject("malformed", self.peer, exc)
         except FrameTimeout as exc:
-            self.server.warnings.warning("slow-frame", "closing connection from %s: %s",
-                                         self.peer, exc)
+            reject("frame_timeout", self.peer, exc)
         except (PeerClosed, OSError) as exc:
             log.debug("connection from %s ended: %s", self.peer, exc)
         except Exception:  # noqa: BLE001 - a bug here must not kill the process quietly
@@ -209,6 +252,21 @@ class Connection:
         finally:
             self._close()
             self.server.forget(self)
+
+    def _start_tls(self) -> bool:
+        """Wrap the socket and complete the handshake under its deadline (counted as idle, so
+        a shutdown closes it at once). False when it failed; the caller then closes."""
+        with self._lock:
+            if self._closed or self.server.stopping:
+                return False
+            self.sock = tls.wrap_server_side(self.sock, self.server.tls_context)
+            self._idle = True
+        try:
+            tls.handshake(self.sock, self.server.settings.tls.handshake_timeout_seconds)
+        except tls.HandshakeError as exc:
+            self.server.rejections.reject("tls_handshake", self.peer, exc)
+            return False
+        return True
 
     def _serve_one(self, payload: bytes, send_timeout: float) -> None:
         admission = self.server.admission
@@ -249,8 +307,8 @@ class Connection:
 
     def _shutdown_socket(self) -> None:
         self._closed = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
+        try:  # the plain socket's shutdown, also under TLS (no close_notify from this thread)
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
         except OSError:
             pass
 

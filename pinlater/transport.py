@@ -30,7 +30,7 @@ from thriftpy2.protocol.cybin import TCyBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport import TCyBufferedTransport, TCyMemoryBuffer
 
-from pinlater.server_wirecheck import check_struct
+from pinlater.server_wirecheck import WireError, WireLimits, check_args
 
 log = logging.getLogger("pinlater.transport")
 
@@ -191,12 +191,19 @@ class Dispatcher:
     `service` is the thriftpy2 service (pinlater.idl.PinLater). The handler may raise only the
     exceptions its IDL method declares; anything else is logged and answered with a
     TApplicationException INTERNAL_ERROR, so the client never sees its connection drop.
+
+    Arguments that fail the wire check (pinlater.server_wirecheck, with `wire_limits`) or that
+    thriftpy2 cannot decode are answered with PROTOCOL_ERROR naming the field; the frame boundary
+    is intact, so the connection stays usable. `on_reject(reason, detail)` is told about each.
     """
 
-    def __init__(self, service: Any, handler: Any):
+    def __init__(self, service: Any, handler: Any, *, wire_limits: WireLimits = WireLimits(),
+                 on_reject: Callable[[str, str], None] | None = None):
         self._service = service
         self._handler = handler
         self._methods = frozenset(service.thrift_services)
+        self._wire_limits = wire_limits
+        self._on_reject = on_reject
 
     def dispatch(self, payload: bytes) -> tuple[str, bytes]:
         """(method name, reply payload without frame header). Raises MalformedRequest when the
@@ -214,11 +221,15 @@ class Dispatcher:
                 TApplicationException.UNKNOWN_METHOD, f"Unknown method {name!r}"))
         args = getattr(self._service, name + "_args")()
         try:
-            check_struct(payload, _args_offset(payload))
+            check_args(payload, _args_offset(payload), type(args), self._wire_limits)
             args.read(iprot)
         except Exception as exc:  # noqa: BLE001 - the frame is intact, so answer and go on
+            reason = exc.reason if isinstance(exc, WireError) else "decode_error"
+            detail = f"cannot decode {name} arguments: {exc}"
+            if self._on_reject is not None:
+                self._on_reject(reason, detail)
             return name, encode_exception(name, seqid, TApplicationException(
-                TApplicationException.PROTOCOL_ERROR, f"cannot decode {name} arguments: {exc}"))
+                TApplicationException.PROTOCOL_ERROR, detail))
         return name, self._call(name, seqid, args)
 
     def _call(self, name: str, seqid: int, args: Any) -> bytes:
