@@ -19,12 +19,17 @@ Behaviour worth knowing (the reasons are in the module docstrings of pool.py and
   for idempotent calls.
 * Every call sends RequestContext(source, requestId): one fresh requestId per method call,
   kept across its retries so server logs can tie the attempts together.
+* `tls`: None (plain TCP), True (verify against the system CAs), a CA file path, or an
+  ssl.SSLContext (e.g. pinlater.tls.client_context(ca, cert, key) for mutual TLS). The server's
+  certificate and host name are always verified unless the context says otherwise. A TLS
+  failure is a connect failure (PinLaterTransportError, maybe_applied=False).
 """
 
 from __future__ import annotations
 
 import random
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -35,6 +40,7 @@ from thriftpy2.thrift import TApplicationException, TDecodeException
 from thriftpy2.transport import TTransportException
 
 from pinlater.idl import CONTINUATION_END, CONTINUATION_START, PinLaterException
+from pinlater.tls import as_client_context
 from pinlater.idl import pinlater_thrift as wire
 from worker_sdk.errors import (
     RETRYABLE_SERVER_CODES,
@@ -70,7 +76,8 @@ class PinLaterClient:
                  source: str | None = None, service: str = "pinlaterclient",
                  connect_timeout: float = 2.0, timeout: float = 10.0, pool_size: int = 4,
                  retries: int = 2, backoff: float = 0.05, max_backoff: float = 1.0,
-                 retry_enqueue: bool = False, max_idle: float = 60.0):
+                 retry_enqueue: bool = False, max_idle: float = 60.0,
+                 tls: bool | str | ssl.SSLContext | None = None):
         """`servers`: `host:port` strings, (host, port) pairs, a comma-separated string, or the
         path of a ServerSet file. `source` defaults to `<service>:<hostname>`; it identifies
         this client in claims, so workers that ack without claims must keep it stable."""
@@ -80,6 +87,7 @@ class PinLaterClient:
         if retries < 0 or pool_size < 1:
             raise ValueError("retries must be >= 0 and pool_size >= 1")
         self._servers = server_source(servers)
+        self._ssl_context = as_client_context(tls)
         self.connect_timeout, self.timeout = connect_timeout, timeout
         self.pool_size, self.retries, self.retry_enqueue = pool_size, retries, retry_enqueue
         self._backoff, self._max_backoff, self._max_idle = backoff, max_backoff, max_idle
@@ -312,7 +320,7 @@ class PinLaterClient:
             if pool is None:
                 pool = self._pools[endpoint] = EndpointPool(
                     endpoint, self.pool_size, self.connect_timeout, self.timeout,
-                    self._max_idle)
+                    self._max_idle, self._ssl_context)
             return pool
 
     def _mark_down(self, endpoint: Endpoint) -> None:
