@@ -105,8 +105,11 @@ class _Walk:
             if fspec is not None and _wire(fspec[0]) == ftype:
                 extra = fspec[2] if len(fspec) == 4 else None
                 pos = self.value(pos, fspec[0], extra, depth - 1, _join(path, fspec[1]))
-            else:
+            elif ftype in _MIN_WIDTH:  # unknown id or wrong type: thriftpy2 skips it
                 pos = self.value(pos, ftype, None, depth - 1, None)
+            else:
+                raise WireError("bad_type", f"{_join(path or '', f'field {fid}')}: invalid "
+                                f"type id {ftype}")
 
     def value(self, pos: int, ttype: int, extra: Any, depth: int, path: str | None) -> int:
         size = _FIXED.get(ttype)
