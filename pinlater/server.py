@@ -82,6 +82,9 @@ def describe(config: Config, app: Any, address: tuple[str, int]) -> str:
     data_dir = config.backend.options.get("data_dir")
     if data_dir is not None:
         parts.append(f"data dir {os.path.abspath(data_dir)}")
+    tls = config.server.tls
+    if tls.enabled:
+        parts.append("TLS with client certificates" if tls.client_ca_file else "TLS")
     parts.append(f"max {config.server.max_connections} connections, "
                  f"{config.server.worker_threads} workers")
     return f"pinlater-server listening on {address[0]}:{address[1]} ({', '.join(parts)})"

@@ -190,4 +190,5 @@ def test_server_process_serves_tls_from_its_yaml_config(certs, tmp_path):
             assert c.queue_names() == ["yaml_tls"]
         with pytest.raises(PinLaterTransportError):
             client(server, certs.ca).queue_names()
+    assert "TLS with client certificates" in server.log()
     assert "tls_handshake" in server.log()
