@@ -85,6 +85,36 @@ class ServerInfo:
                    returning=mariadb and numbers >= (10, 5))
 
 
+class BoundedConnection(pymysql.connections.Connection):
+    """A pymysql connection whose handshake is bounded by connect_timeout.
+
+    pymysql waits for the server's greeting with the *read* timeout; against a peer that accepts
+    TCP but never answers (a hung mysqld, a blackholed network path) every reconnect DBUtils makes
+    after a failed statement would then cost another full read timeout. Connecting is bounded by
+    the connect timeout, as an operator setting `connect_timeout_seconds` expects.
+    """
+
+    def connect(self, sock=None):
+        read_timeout = self._read_timeout
+        self._read_timeout = self.connect_timeout
+        try:
+            super().connect(sock)
+        finally:
+            self._read_timeout = read_timeout
+        if self._sock is not None:
+            self._sock.settimeout(read_timeout)
+            self._current_timeout = read_timeout
+
+
+def _bounded_connect(*args, **kwargs) -> BoundedConnection:
+    return BoundedConnection(*args, **kwargs)
+
+
+# DBUtils reads the DB-API module (exception classes, thread safety) from the creator
+_bounded_connect.dbapi = pymysql
+_bounded_connect.threadsafety = pymysql.threadsafety
+
+
 class InstancePool:
     """A lazily created PooledDB for one instance, with the server's capabilities."""
 
@@ -98,12 +128,16 @@ class InstancePool:
 
     def _create(self) -> PooledDB:
         s = self.settings
-        # ping=1: a pooled connection is pinged when handed out and silently replaced if the
-        # server dropped it (e.g. after a restart); one round trip per request, not per job.
+        # ping=0: no ping when a connection is handed out. A ping costs a round trip per
+        # request and, against a shard that stopped answering, a whole read timeout plus a
+        # reconnect before the real statement even starts (a blackholed shard then took ~3x
+        # read_timeout to fail). A connection the server dropped fails its first statement
+        # fast with a retriable error instead, DBUtils reconnects it, and the layer above
+        # retries the call.
         return PooledDB(
-            creator=pymysql, mincached=0, maxcached=s.pool_size, maxshared=0,
+            creator=_bounded_connect, mincached=0, maxcached=s.pool_size, maxshared=0,
             maxconnections=s.pool_size, blocking=True, setsession=list(SESSION_SETUP),
-            reset=False, ping=1,
+            reset=False, ping=0,
             host=s.host, port=s.port, user=s.user, password=s.password or "",
             connect_timeout=s.connect_timeout_seconds, read_timeout=s.read_timeout_seconds,
             write_timeout=s.write_timeout_seconds, charset="utf8mb4", binary_prefix=True,
@@ -181,7 +215,8 @@ def translate(shard: str, exc: Exception, queue_of: Callable[[str], str | None])
     if code in FULL_CODES or (code in (1030, 3, 1878) and _NO_SPACE.search(message)):
         return StorageFull(f"shard {shard}: MySQL error {code}: {message}")
     if code in RETRIABLE_CODES or isinstance(exc, pymysql.err.InterfaceError):
-        return ShardError(shard, f"MySQL error {code}: {message}", retriable=True)
+        return ShardError(shard, f"MySQL error {code}: {message}", retriable=True,
+                          timed_out=code == 2013 and "timed out" in message)
     if isinstance(exc, pymysql.err.OperationalError) and code == 0:
         return ShardError(shard, f"connection failed: {message}", retriable=True)
     return ShardError(shard, f"MySQL error {code} ({type(exc).__name__}): {message}",

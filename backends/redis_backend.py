@@ -159,7 +159,8 @@ class RedisShard(Shard):
         except redis.exceptions.AuthenticationError as exc:
             raise ShardError(self.name, f"authentication failed: {exc}", retriable=False) from exc
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            raise ShardError(self.name, f"{type(exc).__name__}: {exc}") from exc
+            raise ShardError(self.name, f"{type(exc).__name__}: {exc}",
+                             timed_out=isinstance(exc, redis.exceptions.TimeoutError)) from exc
         except redis.exceptions.RedisError as exc:
             raise ShardError(self.name, f"{type(exc).__name__}: {exc}", retriable=False) from exc
 

@@ -7,7 +7,10 @@ input never mark a shard down (the original let one client's typo take shards ou
 
 from __future__ import annotations
 
+import logging
 import threading
+
+log = logging.getLogger(__name__)
 
 
 class ShardHealth:
@@ -28,11 +31,17 @@ class ShardHealth:
 
     def record_failure(self, shard: str) -> None:
         with self._lock:
-            self._failures[shard] = self._failures.get(shard, 0) + 1
+            count = self._failures[shard] = self._failures.get(shard, 0) + 1
+        if count == self._threshold:
+            log.warning("shard %s is unhealthy after %d consecutive failures; skipped for "
+                        "enqueue and dequeue until a probe succeeds", shard, count)
 
     def mark_unhealthy(self, shard: str) -> None:
         with self._lock:
+            was_healthy = self._failures.get(shard, 0) < self._threshold
             self._failures[shard] = max(self._failures.get(shard, 0), self._threshold)
+        if was_healthy:
+            log.warning("shard %s marked unhealthy", shard)
 
     def unhealthy(self) -> list[str]:
         return [name for name, count in list(self._failures.items())

@@ -163,7 +163,10 @@ class ShardedBackend:
                 if observe is not None:
                     observe(name, time.perf_counter() - started, False)
                 last = exc
-                self.health.record_failure(name)
+                if exc.timed_out:
+                    self.health.mark_unhealthy(name)
+                else:
+                    self.health.record_failure(name)
                 if not exc.retriable or not self.health.is_healthy(name):
                     break
                 if attempt + 1 < tries:

@@ -87,13 +87,7 @@ def test_f6_resets_and_cut_replies_between_server_and_shard_lose_nothing(make_ri
     rig.finish(report, note=f"{report.stored_copies_extra} jobs stored twice (allowed)")
 
 
-MYSQL_SLOW_FAILOVER = pytest.mark.xfail(
-    strict=True, reason="known bug: a call to a blackholed MariaDB shard takes ~3x "
-    "read_timeout_seconds to fail (enqueue 6.1 s, ping 4.1 s at 2.0 s), so the server cannot fail "
-    "over to the healthy shard within a 3 s client timeout")
-
-
-@pytest.mark.parametrize("kind", ["redis", pytest.param("mysql", marks=MYSQL_SLOW_FAILOVER)])
+@pytest.mark.parametrize("kind", ["redis", "mysql"])
 def test_f7_blackholed_shard_enqueues_go_elsewhere_or_fail_fast_threads_bounded(make_rig,
                                                                                kind):
     rig = make_rig("F7", kind, proxied=True)
