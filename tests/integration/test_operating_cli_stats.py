@@ -62,7 +62,9 @@ def test_stats_json_one_queue_without_health_uses_the_priorities_option(tmp_path
 
 
 def test_stats_watch_redraws_and_exit_code_reports_an_unavailable_server(tmp_path):
-    with OperatingServer(tmp_path, {"sharding": {"probe_interval_seconds": 3600}}) as srv:
+    # no probe and no depth refresh: either would find the shards fine and mark them healthy
+    with OperatingServer(tmp_path, {"sharding": {"probe_interval_seconds": 3600},
+                                    "metrics": {"depth_interval_seconds": 3600}}) as srv:
         prepare(srv)
         url = srv.metrics_url
         code, out, _ = run(srv, "--metrics-url", url, "--watch", "0.05", "--iterations", "3")
