@@ -239,6 +239,7 @@ class PinLaterClient:
         context = wire.RequestContext(source=self.source, requestId=uuid.uuid4().hex)
         tried: set[Endpoint] = set()
         error: Exception | None = None
+        maybe_applied = False
         for attempt in range(self.retries + 1):
             endpoint = self._pick(tried)
             if attempt and endpoint in tried:
@@ -247,6 +248,10 @@ class PinLaterClient:
             done, result, error = self._attempt(endpoint, api, context, args, idempotent)
             if done:
                 return result
+            maybe_applied = maybe_applied or getattr(error, "maybe_applied", True)
+        if isinstance(error, PinLaterTransportError) and maybe_applied:
+            # an earlier try may have reached the server even if the last one could not
+            error.maybe_applied = True
         raise error
 
     def _attempt(self, endpoint: Endpoint, api: str, context, args, idempotent: bool):

@@ -436,3 +436,24 @@ def test_client_is_safe_to_share_between_threads():
 def test_source_longer_than_the_server_accepts_is_rejected_up_front():
     with pytest.raises(ValueError):
         PinLaterClient(["127.0.0.1:9010"], source="x" * 201)
+
+
+def test_a_call_that_may_have_reached_the_server_is_reported_maybe_applied():
+    """First try: the request is read and the connection dropped (it may have been applied);
+    the retry cannot even connect. The error must still say the call may have been applied."""
+    holder = {}
+
+    def swallow_then_stop_listening(index, sock):
+        read_frame_then_close(index, sock)
+        listener = holder["server"].listener
+        listener.shutdown(socket.SHUT_RDWR)  # stop listening now (close alone waits for accept)
+        listener.close()
+        return True
+
+    with FakeServer(behaviour=swallow_then_stop_listening) as server:
+        holder["server"] = server
+        client = client_for(server, retries=1)
+        with pytest.raises(PinLaterTransportError) as info:
+            client.queue_names()
+    assert info.value.maybe_applied is True
+    assert server.accepted == 1
