@@ -37,9 +37,9 @@ def storage(kind: str, tmp: Path, fsync: str):
         with running_server(tmp / "redis", appendfsync=fsync) as server:
             yield {"kind": "redis", "shards": [server.shard("r1")]}
     elif kind == "mysql":
-        from tests.support import mysql_env
-        with mysql_env.bench_shard(tmp / "mysql") as shard:
-            yield {"kind": "mysql", "shards": [shard]}
+        from tests.support.mysql_env import running_server
+        with running_server(tmp / "mysql", flush_log_at_trx_commit=1) as server:
+            yield {"kind": "mysql", "shards": [server.shard("m1")]}
     else:
         raise SystemExit(f"unknown backend {kind}")
 
@@ -49,6 +49,8 @@ def load(server: ServerProcess, mode: str, queue: str, args) -> dict:
            str(server.port), "--json", mode, "--queue", queue, "--num_queries",
            str(args.jobs // args.batch), "--batch_size", str(args.batch), "--concurrency",
            str(args.concurrency)]
+    if mode == "dequeue" and args.piggyback:
+        cmd.append("--piggyback")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT,
                          timeout=600).stdout
     reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
@@ -63,6 +65,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--piggyback", action="store_true",
+                        help="dequeue load acks on the next dequeue instead of a separate call")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pinlater-bench-") as tmp_name:
         tmp = Path(tmp_name)
@@ -76,7 +80,7 @@ def main() -> int:
                            for mode in ("enqueue", "dequeue")}
     label = args.backend + (f" (appendfsync {args.fsync})" if args.backend == "redis" else "")
     print(f"backend {label}, batch {args.batch}, concurrency {args.concurrency}, "
-          f"{args.jobs} jobs")
+          f"{args.jobs} jobs{', piggy-backed acks' if args.piggyback else ''}")
     for mode, report in results.items():
         print(f"  {mode:8s} {_fmt(report)}")
     return 0
