@@ -15,6 +15,7 @@ import argparse
 import getpass
 import os
 import random
+import ssl
 import sys
 import time
 from typing import TextIO
@@ -22,6 +23,7 @@ from typing import TextIO
 from pinlater import cli_format as fmt
 from pinlater import cli_load, cli_stats
 from pinlater.passwords import DEFAULT_ITERATIONS, hash_password
+from pinlater.tls import client_context
 from worker_sdk.client import PinLaterClient
 from worker_sdk.errors import PinLaterError, PinLaterTransportError
 from worker_sdk.models import AckInfo, CheckpointRequest, Job, JobState
@@ -30,7 +32,8 @@ from worker_sdk.serverset import ServerSetError
 EXIT_OK, EXIT_SERVER, EXIT_USAGE, EXIT_CONNECTION = 0, 1, 2, 3
 SERVICE = "pinlaterclienttool"
 _GLOBAL_DEFAULTS = {"host": "127.0.0.1", "port": 9010, "servers": None, "source": None,
-                    "timeout": 10.0, "connect_timeout": 2.0, "retries": 2, "json": False}
+                    "timeout": 10.0, "connect_timeout": 2.0, "retries": 2, "json": False,
+                    "tls": False, "tls_ca": None, "tls_cert": None, "tls_key": None}
 
 
 class UsageError(Exception):
@@ -102,6 +105,11 @@ def _global_options() -> argparse.ArgumentParser:
     opt.add_argument("--connect-timeout", type=float, default=S, help="connect timeout, s (2)")
     opt.add_argument("--retries", type=int, default=S, help="retries of idempotent calls (2)")
     opt.add_argument("--json", action="store_true", default=S, help="print JSON")
+    opt.add_argument("--tls", action="store_true", default=S,
+                     help="connect with TLS, verifying the server certificate and host name")
+    opt.add_argument("--tls-ca", default=S, help="CA file for the server certificate (implies --tls)")
+    opt.add_argument("--tls-cert", default=S, help="client certificate for mutual TLS")
+    opt.add_argument("--tls-key", default=S, help="key of --tls-cert (if not in the same file)")
     return common
 
 
@@ -260,7 +268,18 @@ def make_client(args: argparse.Namespace) -> PinLaterClient:
     return PinLaterClient(servers, source=args.source, service=SERVICE,
                           connect_timeout=args.connect_timeout, timeout=args.timeout,
                           retries=args.retries,
-                          pool_size=max(4, getattr(args, "concurrency", 1) or 1))
+                          pool_size=max(4, getattr(args, "concurrency", 1) or 1),
+                          tls=_tls_context(args))
+
+
+def _tls_context(args: argparse.Namespace):
+    """None for plain TCP, else a verifying client context (mutual TLS with --tls-cert)."""
+    if not (args.tls or args.tls_ca or args.tls_cert):
+        return None
+    try:
+        return client_context(args.tls_ca, args.tls_cert, args.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot load TLS files: {exc}") from None
 
 
 def _emit(args, out: TextIO, data, text: str) -> None:

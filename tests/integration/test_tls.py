@@ -192,3 +192,23 @@ def test_server_process_serves_tls_from_its_yaml_config(certs, tmp_path):
             client(server, certs.ca).queue_names()
     assert "TLS with client certificates" in server.log()
     assert "tls_handshake" in server.log()
+
+
+def test_cli_talks_tls_with_a_ca_file_and_fails_clearly_without_it(certs):
+    import io
+
+    from pinlater import cli
+
+    with run_inproc(**tls_settings(certs)) as server:
+        base = ["--port", str(server.port), "--timeout", "3", "--retries", "0"]
+        out = io.StringIO()
+        assert cli.main(base + ["--tls-ca", certs.ca, "create", "--queue", "cli_tls"],
+                        out=out, err=io.StringIO()) == 0
+        assert server.handler.queues == {"cli_tls"}
+        err = io.StringIO()
+        assert cli.main(base + ["--tls", "get_queue_names"], out=io.StringIO(), err=err) == 3
+        assert err.getvalue().strip()  # one clear line: the system CAs do not know our CA
+        err = io.StringIO()
+        assert cli.main(base + ["--tls-ca", "/nonexistent/ca.pem", "get_queue_names"],
+                        out=io.StringIO(), err=err) == 2
+        assert "TLS" in err.getvalue()
