@@ -112,8 +112,9 @@ class Rig:
                 "sharding": {"probe_interval_seconds": 0.3, "retries": 1},
                 "server": {"shutdown_grace_seconds": 3.0}, **extra}
 
-    def start_server(self, **extra: Any) -> ServerProcess:
-        server = ServerProcess(self.server_config(**extra), self.tmp,
+    def start_server(self, env: dict[str, str] | None = None, **extra: Any) -> ServerProcess:
+        """A server on this rig's storage; `env` is added to its environment (e.g. faketime)."""
+        server = ServerProcess(self.server_config(**extra), self.tmp, env=env,
                                name=f"server{len(self.servers) + 1}")
         self.servers.append(server)
         return server.start()
