@@ -41,3 +41,17 @@ class JobDescriptor:
         if int(local_id) > MAX_LOCAL_ID:
             raise InvalidRequest(f"{field}: local id out of range in {text!r}")
         return cls(queue, shard, int(priority), int(local_id))
+
+
+def split_plain(text: object) -> tuple[str, str, int, int] | None:
+    """(queue, shard, priority, local id) of a well-formed descriptor, else None: the hot
+    path's parse (acks, checkpoints) that builds no object and no error message. Accepts
+    exactly what `JobDescriptor.parse` accepts; callers use `parse` for the error."""
+    match = _DESCRIPTOR.fullmatch(text) if type(text) is str else None
+    if match is None:
+        return None
+    queue, shard, priority, local_id = match.groups()
+    local_id = int(local_id)
+    if local_id > MAX_LOCAL_ID:
+        return None
+    return queue, shard, int(priority), local_id

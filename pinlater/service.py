@@ -20,7 +20,7 @@ from pinlater.errors import (
     EnqueueRejected, InvalidRequest, PasswordInvalid, PinLaterError,
 )
 from pinlater.idl import pinlater_thrift as wire
-from pinlater.job_descriptor import JobDescriptor
+from pinlater.job_descriptor import JobDescriptor, split_plain
 from pinlater.models import Ack, Checkpoint, ClaimMatch, JobRecord, NewJob
 from pinlater.passwords import verify_password
 from pinlater.sharded import CONTINUATION_START, ShardedBackend
@@ -175,13 +175,7 @@ class PinLaterHandler:
             self.observer.on_jobs("dequeued", queue, handed_out)
         response = wire.PinLaterDequeueResponse()
         if jobs:
-            response.jobs = {str(d): job.body for d, job in jobs}
-            response.jobMetadata = {
-                str(d): wire.PinLaterDequeueMetadata(
-                    attemptsAllowed=job.attempts_allowed,
-                    attemptsRemaining=job.attempts_remaining,
-                    claimDescriptor=job.claim)
-                for d, job in jobs}
+            _fill_dequeue_response(response, jobs)
         return response
 
     @rpc
@@ -337,19 +331,47 @@ class PinLaterHandler:
         if infos is None:
             return []
         acks = []
+        matches: dict[str | None, ClaimMatch] = {}  # one dequeue's jobs share one claim
         for i, info in enumerate(self._list(infos, field)):
-            where = f"{field}[{i}]"
-            if info is None:
-                raise InvalidRequest(f"{where}: is empty")
-            d = self._descriptor(info.jobDescriptor, f"{where}.jobDescriptor", queue)
-            acks.append((d.shard, Ack(
-                priority=d.priority, local_id=d.local_id,
-                match=self._claim_match(info.claimDescriptor, source, where),
-                append_status=check.text(info.appendCustomStatus, f"{where}.appendCustomStatus",
-                                         default=""),
-                retry_delay_ms=check.delay_ms(info.retryDelayMillis, f"{where}.retryDelayMillis"),
-            )))
+            ack = self._plain_ack(queue, info, source, matches)
+            if ack is None:  # something unusual: the checked path names the field or raises
+                ack = self._checked_ack(queue, info, source, f"{field}[{i}]")
+            acks.append(ack)
         return acks
+
+    def _plain_ack(self, queue: str, info, source: str,
+                   matches: dict[str | None, ClaimMatch]) -> tuple[str, Ack] | None:
+        """The common ack (well-formed descriptor of `queue` at a configured priority, plain
+        field types) converted without building error texts or re-validating `queue`, which
+        the request already named; None sends the ack through `_checked_ack` instead."""
+        if info is None:
+            return None
+        parts = split_plain(info.jobDescriptor)
+        if parts is None or parts[0] != queue or not 1 <= parts[2] <= self.levels:
+            return None
+        claim, status, delay = info.claimDescriptor, info.appendCustomStatus, info.retryDelayMillis
+        if not ((claim is None or type(claim) is str)
+                and (status is None or type(status) is str)
+                and (delay is None or type(delay) is int)):
+            return None
+        match = matches.get(claim or None)
+        if match is None:
+            match = matches[claim or None] = ClaimMatch(source=source, claim=claim or None)
+        return parts[1], Ack(priority=parts[2], local_id=parts[3], match=match,
+                             append_status=status or "",
+                             retry_delay_ms=0 if delay is None else check.clamp_delay_ms(delay))
+
+    def _checked_ack(self, queue: str, info, source: str, where: str) -> tuple[str, Ack]:
+        if info is None:
+            raise InvalidRequest(f"{where}: is empty")
+        d = self._descriptor(info.jobDescriptor, f"{where}.jobDescriptor", queue)
+        return d.shard, Ack(
+            priority=d.priority, local_id=d.local_id,
+            match=self._claim_match(info.claimDescriptor, source, where),
+            append_status=check.text(info.appendCustomStatus, f"{where}.appendCustomStatus",
+                                     default=""),
+            retry_delay_ms=check.delay_ms(info.retryDelayMillis, f"{where}.retryDelayMillis"),
+        )
 
     def _checkpoint(self, queue: str, item, source: str, where: str) -> tuple[str, Checkpoint]:
         if item is None:
@@ -391,6 +413,20 @@ class PinLaterHandler:
     def _body_filter(self, pattern):
         return compile_body_filter(pattern, max_length=self.limits.max_regex_length,
                                    timeout_seconds=self.limits.regex_timeout_seconds)
+
+
+def _fill_dequeue_response(response, jobs) -> None:
+    """Bodies and metadata keyed by descriptor text (formatted once per job: this runs for
+    every job handed out)."""
+    bodies, metadata = {}, {}
+    meta = wire.PinLaterDequeueMetadata
+    for d, job in jobs:
+        text = str(d)
+        bodies[text] = job.body
+        metadata[text] = meta(attemptsAllowed=job.attempts_allowed,
+                              attemptsRemaining=job.attempts_remaining,
+                              claimDescriptor=job.claim)
+    response.jobs, response.jobMetadata = bodies, metadata
 
 
 def _job_info(descriptor: str, record: JobRecord):

@@ -273,11 +273,11 @@ class ShardedBackend:
         """Apply acks grouped per shard (one call each); returns how many applied."""
         by_shard: dict[str, tuple[list[Ack], list[Ack]]] = defaultdict(lambda: ([], []))
         for name, ack in succeeded:
-            self.shard(name)
             by_shard[name][0].append(ack)
         for name, ack in failed:
-            self.shard(name)
             by_shard[name][1].append(ack)
+        for name in by_shard:  # first-seen order: the same unknown shard is reported first
+            self.shard(name)
         applied = self._fan_out(by_shard, lambda s: s.ack(queue, *by_shard[s.name]))
         return sum(applied.values())
 

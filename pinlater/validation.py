@@ -77,6 +77,11 @@ def delay_ms(value: object, field: str) -> int:
         return 0
     if not _is_int(value):
         raise InvalidRequest(f"{field}: must be an integer number of milliseconds")
+    return clamp_delay_ms(value)
+
+
+def clamp_delay_ms(value: int) -> int:
+    """A checked retry delay into [0, ~100 years] (see `delay_ms`)."""
     return min(max(value, 0), MAX_TIMESTAMP_MS // 2)
 
 

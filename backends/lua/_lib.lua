@@ -138,3 +138,60 @@ local function pl_append_record(out, qprefix, prio, id19, with_body)
   if with_body then out[#out + 1] = v[9] else out[#out + 1] = false end
   return true
 end
+
+-- Batched index moves: a script that moves many jobs between indexes collects the ZREM/ZADD
+-- arguments per index key here and applies them once at the end with variadic calls (one
+-- redis.call per index per chunk instead of two to four per job). Only for scripts that never
+-- remove a job from and add it to the same index (removals are all applied first).
+local PL_MOVE_CHUNK = 1000  -- arguments per call (even: score/member pairs never split)
+
+local function pl_index_moves(qprefix)
+  return {qprefix = qprefix, rem = {}, add = {}, order = {rem = {}, add = {}}}
+end
+
+local function pl_move_args(moves, kind, key)
+  local lists = moves[kind]
+  local list = lists[key]
+  if not list then
+    list = {}
+    lists[key] = list
+    local order = moves.order[kind]
+    order[#order + 1] = key
+  end
+  return list
+end
+
+-- pl_unindex, deferred
+local function pl_move_unindex(moves, prio, state, member, id19)
+  local ra = pl_move_args(moves, 'rem', pl_ra_index(moves.qprefix, prio, state))
+  ra[#ra + 1] = member
+  if state ~= '0' then
+    local ua = pl_move_args(moves, 'rem', pl_ua_index(moves.qprefix, prio, state))
+    ua[#ua + 1] = id19
+  end
+end
+
+-- pl_index, deferred
+local function pl_move_index(moves, prio, state, member, id19, ua_score)
+  local ra = pl_move_args(moves, 'add', pl_ra_index(moves.qprefix, prio, state))
+  ra[#ra + 1] = 0
+  ra[#ra + 1] = member
+  if state ~= '0' then
+    local ua = pl_move_args(moves, 'add', pl_ua_index(moves.qprefix, prio, state))
+    ua[#ua + 1] = ua_score
+    ua[#ua + 1] = id19
+  end
+end
+
+-- `command key args...` in chunks of at most PL_MOVE_CHUNK arguments.
+local function pl_chunked(command, key, args)
+  for first = 1, #args, PL_MOVE_CHUNK do
+    redis.call(command, key, unpack(args, first, math.min(first + PL_MOVE_CHUNK - 1, #args)))
+  end
+end
+
+-- Apply the collected moves: every removal, then every addition, keys in first-use order.
+local function pl_apply_moves(moves)
+  for _, key in ipairs(moves.order.rem) do pl_chunked('ZREM', key, moves.rem[key]) end
+  for _, key in ipairs(moves.order.add) do pl_chunked('ZADD', key, moves.add[key]) end
+end
