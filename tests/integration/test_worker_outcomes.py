@@ -1,4 +1,4 @@
-"""The Worker against a real `pinlater-server` (SQLite): handler outcome -> ack, retry delays,
+"""The Worker against a real `pinlater-server` on every backend: handler outcome -> ack, retry delays,
 FailJob, checkpoints and heartbeats past the claim timeout, graceful stop.
 
 The server's janitor runs every 0.2 s with a 2 s claim timeout, so claim expiry is observable
@@ -17,6 +17,7 @@ import pytest
 
 from tests.integration.worker_handlers import wait_for
 from tests.support.server_process import ServerProcess
+from tests.support.storage import KINDS, backend_section
 from worker_sdk import (
     ConstantRetry, FailJob, Job, JobState, PinLaterClient, RetryJob, Worker,
 )
@@ -26,9 +27,11 @@ CONFIG = {"janitor": {"interval_seconds": 0.2, "claim_timeout_seconds": CLAIM_TI
 _names = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with ServerProcess(CONFIG, tmp_path_factory.mktemp("worker_outcomes")) as running:
+@pytest.fixture(scope="module", params=KINDS)
+def server(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"worker_outcomes_{request.param}")
+    with backend_section(request.param, tmp) as backend, \
+            ServerProcess({**CONFIG, "backend": backend}, tmp) as running:
         yield running
 
 
