@@ -1,10 +1,11 @@
 """Framework overhead: the Worker draining a pre-filled queue with a no-op handler, next to the
-CLI's raw dequeue+ack load loop on the same server and data (SQLite backend).
+CLI's raw dequeue+ack load loop on the same server and data, per backend.
 
-    PYTHONPATH=. python scripts/bench_worker.py [--jobs 50000] [--concurrency 100]
-        [--modes cli cli-piggyback class process]
+    PYTHONPATH=. python scripts/bench_worker.py [--backend sqlite|redis|mysql] [--jobs 50000]
+        [--concurrency 100] [--modes cli cli-piggyback class process]
 
-Starts a throwaway `pinlater-server` (SQLite, in a temp dir), and for each mode fills a fresh
+Starts a throwaway `pinlater-server` on throwaway storage (SQLite in a temp dir, or the
+redis-server / mariadbd instances of tests/support), and for each mode fills a fresh
 queue with `--jobs` jobs (100-byte bodies, enqueued in batches of 1000), then drains it:
 * cli:           `pinlater dequeue --num_queries jobs/100 --batch_size 100 --concurrency 4`
                  (dequeue 100, then one ack call), in its own process;
@@ -33,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.support.server_process import ServerProcess  # noqa: E402
+from tests.support.storage import KINDS, backend_section  # noqa: E402
 from worker_sdk import JobState, PinLaterClient, Worker  # noqa: E402
 
 BODY = b"x" * 100
@@ -98,13 +100,16 @@ def run_process(client: PinLaterClient, servers: str, queue: str, jobs: int,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=KINDS, default="sqlite")
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--modes", nargs="+", default=["cli", "cli-piggyback", "class",
                                                        "process"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, \
-            ServerProcess({"janitor": {"enabled": False}}, Path(tmp)) as server:
+            backend_section(args.backend, Path(tmp)) as backend, \
+            ServerProcess({"janitor": {"enabled": False}, "backend": backend},
+                          Path(tmp)) as server:
         servers = f"{server.host}:{server.port}"
         with PinLaterClient(servers, source="bench-worker", pool_size=8) as client:
             results = {}
@@ -121,7 +126,8 @@ def main() -> int:
                 results[mode] = rate
                 print(f"{mode:14s} {rate:9.0f} jobs/s  ({done}/{args.jobs} SUCCEEDED)",
                       flush=True)
-    print(json.dumps({"jobs": args.jobs, "concurrency": args.concurrency,
+    print(json.dumps({"backend": args.backend, "jobs": args.jobs,
+                      "concurrency": args.concurrency,
                       "jobs_per_s": {k: round(v) for k, v in results.items()}}))
     return 0
 
