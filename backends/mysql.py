@@ -36,12 +36,14 @@ import pymysql
 from backends.mysql_pool import (
     InstancePool, InstanceSettings, PoolRegistry, ServerInfo, translate,
 )
-from backends.sql_base import QueryBook, SQLDialect, SQLShard, _match_params
+from backends.sql_base import (
+    MAX_ID_LIST, QueryBook, SQLDialect, SQLShard, _match_params, id_chunks, truncate_status,
+)
 from pinlater.backend import Backend, ShardSpec, StorageLimits
 from pinlater.config import ConfigError, _range, parse_shard_list
 from pinlater.errors import QueueNotFound, ShardError
 from pinlater.job_descriptor import SHARD_NAME_PATTERN
-from pinlater.models import Ack, ClaimMatch, DequeuedJob
+from pinlater.models import Ack, ClaimMatch, DequeuedJob, NewJob
 
 MYSQL = SQLDialect(name="mysql", param_format="%({})s", quote_char="`")
 #: MySQL identifiers (database names) are at most 64 characters
@@ -214,9 +216,11 @@ class MySQLShard(SQLShard):
             conn.close()  # back to the pool
 
     @contextmanager
-    def _transaction(self, read_only: bool) -> Iterator[Any]:
+    def _transaction(self, read_only: bool | None) -> Iterator[Any]:
         """One transaction, committed when the block succeeds, else rolled back; pymysql errors
-        leave as ShardError/StorageFull/QueueNotFound, anything else unchanged.
+        leave as ShardError/StorageFull/QueueNotFound, anything else unchanged. `read_only`
+        None: no explicit transaction, for work that is one statement (autocommit makes that
+        statement its own transaction, saving the BEGIN and COMMIT round trips).
 
         A queue whose database exists but lacks a job table (priority levels were added to the
         config after it was created) gets the missing tables here, and the call fails with a
@@ -242,17 +246,18 @@ class MySQLShard(SQLShard):
         return True
 
     @contextmanager
-    def _connected_transaction(self, read_only: bool) -> Iterator[Any]:
+    def _connected_transaction(self, read_only: bool | None) -> Iterator[Any]:
         with self._connection() as conn:
             cur = conn.cursor()
             try:
                 if read_only:  # one snapshot for every statement (sessions are READ COMMITTED)
                     cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                     cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
-                else:
+                elif read_only is not None:
                     conn.begin()
                 yield cur
-                conn.commit()
+                if read_only is not None:
+                    conn.commit()
             except pymysql.err.Error as exc:
                 _rollback(conn)
                 raise self._translate(exc) from exc
@@ -267,6 +272,10 @@ class MySQLShard(SQLShard):
 
     def _read(self):
         return self._transaction(read_only=True)
+
+    def _single_statement(self):
+        """A cursor for exactly one writing statement, committed by autocommit."""
+        return self._transaction(read_only=None)
 
     def _translate(self, exc: Exception) -> Exception:
         return translate(self.name, exc, self._queue_of)
@@ -286,6 +295,15 @@ class MySQLShard(SQLShard):
     def _tx_now(self, cur: Any) -> int:
         cur.execute(self.queries.render("server_now"))
         return int(cur.fetchone()[0]) + self.clock_offset_ms
+
+    def _clocked(self, sql: str) -> str:
+        """`sql` with every :now replaced by the statement clock (schema.sql statement_clock),
+        bound to `_clock_params()`: the statement reads the server clock itself."""
+        clock = self.queries.render("statement_clock")
+        return sql.replace(MYSQL.param("now"), clock)
+
+    def _clock_params(self) -> dict[str, Any]:
+        return {"clock_offset": self.clock_offset_ms}
 
     def now_ms(self) -> int:
         with self._connection() as conn:
@@ -327,6 +345,23 @@ class MySQLShard(SQLShard):
                              retriable=False)
         return ids
 
+    def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[int]:
+        """As SQLShard.enqueue. A batch that is one INSERT (one priority, one packet, ids read
+        from that statement) runs alone under autocommit with the statement clock: one round
+        trip instead of four (BEGIN, clock read, INSERT, COMMIT), still one commit."""
+        info = self._pool.known_info() if self._pool is not None else None
+        if not jobs or info is None or len({job.priority for job in jobs}) != 1:
+            return super().enqueue(queue, jobs)
+        cap, clock = self.limits.status_cap, self._clock_params()
+        rows = [{"attempts": job.attempts_allowed, "status": truncate_status(job.custom_status, cap),
+                 "run_after": job.run_after_ms, "body": bytes(job.body), **clock}
+                for job in jobs]
+        if not _one_insert(rows, info):
+            return super().enqueue(queue, jobs)
+        table = self._job_table(None, queue, jobs[0].priority)
+        with self._single_statement() as cur:
+            return self._insert_jobs(cur, self._clocked(self._sql("enqueue_insert", table)), rows)
+
     # ---- dequeue ----
     def dequeue(self, queue: str, priority: int, limit: int,
                 claim: str | None) -> list[DequeuedJob]:
@@ -344,13 +379,15 @@ class MySQLShard(SQLShard):
 
     def _claim(self, cur: Any, queue: str, priority: int, limit: int, claim: str) -> list:
         table = self._job_table(cur, queue, priority)
-        now = self._tx_now(cur)
-        params = {"now": now, "limit": limit, "claim": claim}
         if not self._pool.info(cur).skip_locked:
+            params = {"now": self._tx_now(cur), "limit": limit, "claim": claim}
             claimed = self._run(cur, "dequeue_claim_limit", table, params).rowcount
             return self._run(cur, "dequeue_claimed", table, params).fetchall() if claimed else []
-        rows = self._run(cur, "dequeue_select", table, params).fetchall()
+        cur.execute(self._clocked(self._sql("dequeue_select", table)),
+                    {"limit": limit, **self._clock_params()})
+        rows = cur.fetchall()
         if rows:
+            params = {"now": rows[0][4], "claim": claim}  # the clock the select judged by
             changed = self._by_ids(cur, "claim_by_ids", table, [r[0] for r in rows], params)[0]
             if changed != len(rows):  # the rows are locked by us: cannot happen, never hide it
                 raise ShardError(self.name, f"claimed {changed} of {len(rows)} locked jobs")
@@ -360,24 +397,41 @@ class MySQLShard(SQLShard):
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         """As SQLShard.ack, with one statement per group of acks sharing status, retry delay
         and claim (a worker acking a dequeued batch sends one claim for all of it)."""
-        cap = self.limits.status_cap
+        statements = [(name, key, ids)
+                      for name, acks in (("ack_success_ids", succeeded),
+                                         ("ack_failure_ids", failed))
+                      for key, ids in _ack_groups(acks).items()]
+        if len(statements) == 1 and len(statements[0][2]) <= MAX_ID_LIST:
+            return self._ack_alone(queue, *statements[0])
         applied = 0
         with self._write() as cur:
             now = self._tx_now(cur)
-            if not succeeded and not failed:
+            if not statements:
                 self._require_queue(cur, queue)
-            for name, acks in (("ack_success_ids", succeeded), ("ack_failure_ids", failed)):
-                groups: dict[tuple, list[int]] = defaultdict(list)
-                for a in acks:
-                    key = (a.priority, a.append_status or "", max(a.retry_delay_ms, 0),
-                           a.match.claim, a.match.source)
-                    groups[key].append(a.local_id)
-                for (priority, status, delay, claim, source), ids in groups.items():
-                    table = self._job_table(cur, queue, priority)
-                    params = {"status": status, "cap": cap, "now": now, "delay": delay,
-                              **_match_params(ClaimMatch(source, claim))}
-                    applied += self._by_ids(cur, name, table, ids, params)[0]
+            for name, key, ids in statements:
+                table = self._job_table(cur, queue, key[0])
+                applied += self._by_ids(cur, name, table, ids, self._ack_params(key, now))[0]
         return applied
+
+    def _ack_alone(self, queue: str, name: str, key: tuple, ids: list[int]) -> int:
+        """An ack request that is one UPDATE (the usual: a worker acks the batch it dequeued):
+        run it alone under autocommit with the statement clock, one round trip instead of four
+        (BEGIN, clock read, UPDATE, COMMIT) and the same single commit."""
+        table = self._job_table(None, queue, key[0])
+        id_params = next(id_chunks(ids))
+        sql = self._clocked(self._sql(name, table, ids=len(id_params)))
+        with self._single_statement() as cur:
+            cur.execute(sql, {**self._ack_params(key), **self._clock_params(), **id_params})
+            return max(cur.rowcount, 0)
+
+    def _ack_params(self, key: tuple, now: int | None = None) -> dict[str, Any]:
+        """Parameters of one ack group's UPDATE; `now` None for a statement-clock statement."""
+        _, status, delay, claim, source = key
+        params = {"status": status, "cap": self.limits.status_cap, "delay": delay,
+                  **_match_params(ClaimMatch(source, claim))}
+        if now is not None:
+            params["now"] = now
+        return params
 
     # ---- queues ----
     def create_queue(self, queue: str) -> None:
@@ -447,6 +501,24 @@ def durability_problems(shard: str, flush: int, log_bin: bool, sync_binlog: int,
         warnings.append(f"shard {shard}: max_allowed_packet={packet} is too small for a job at "
                         f"the body cap ({body_cap} bytes, up to twice that escaped); raise it")
     return warnings
+
+
+def _ack_groups(acks: Sequence[Ack]) -> dict[tuple, list[int]]:
+    """Local ids of acks sharing (priority, status, delay, claim, source): one UPDATE each."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for a in acks:
+        key = (a.priority, a.append_status or "", max(a.retry_delay_ms, 0), a.match.claim,
+               a.match.source)
+        groups[key].append(a.local_id)
+    return groups
+
+
+def _one_insert(rows: list[dict[str, Any]], info: ServerInfo) -> bool:
+    """Whether `_insert_jobs` stores these rows with exactly one statement."""
+    if not (info.returning or info.autoinc_lock_mode in (0, 1)):
+        return False
+    budget = max(info.max_allowed_packet - _STATEMENT_SLACK, 1)
+    return sum(1 for _ in _packet_chunks(rows, budget)) == 1
 
 
 def _multi_row(head: str, values: str, rows: list[dict[str, Any]],

@@ -160,6 +160,10 @@ class InstancePool:
             self._info = ServerInfo.from_row(*cur.fetchone())
         return self._info
 
+    def known_info(self) -> ServerInfo | None:
+        """The capabilities if already read (no round trip), else None."""
+        return self._info
+
     def close(self) -> None:
         with self._lock:
             self.closed = True

@@ -44,6 +44,12 @@ SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE :patt
 -- The server clock in epoch ms (the session time zone is pinned to +00:00).
 SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
 
+-- name: statement_clock
+-- The shard clock as an expression that replaces :now inside one statement (mysql.py
+-- `_clocked`): NOW(3) is fixed for the whole statement, so every row it touches gets the same
+-- time, and the statement needs no separate clock read first.
+(CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + :clock_offset)
+
 -- name: queue_probe
 -- Fails with "unknown table" (-> QueueNotFound) unless the queue's first job table exists.
 SELECT 1 FROM {table} LIMIT 0

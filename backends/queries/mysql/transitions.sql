@@ -14,8 +14,10 @@
 -- Eligible PENDING jobs, oldest run_after first then by id, row-locked for the claim that
 -- follows in the same transaction; rows another dequeuer holds are skipped, never waited for.
 -- ORDER BY must be the `ready` index order: ordering by anything else makes InnoDB filesort
--- and lock every candidate, starving concurrent dequeuers.
-SELECT local_id, body, attempts_allowed, attempts_remaining
+-- and lock every candidate, starving concurrent dequeuers. Run with the statement clock
+-- (mysql.py): the `now` column hands the claim the very time eligibility was judged by, so
+-- the clock costs no round trip of its own.
+SELECT local_id, body, attempts_allowed, attempts_remaining, :now AS now
 FROM {table} FORCE INDEX (ready)
 WHERE state = 0 AND run_after <= :now
 ORDER BY state, run_after, local_id
@@ -137,3 +139,11 @@ LIMIT :limit
 -- Delete the given jobs if they are still in :state.
 DELETE FROM {table}
 WHERE local_id IN ({ids}) AND state = :state
+
+-- name: enqueue_insert
+-- Store one new PENDING job (mysql.py sends many rows as one multi-row INSERT); a NULL
+-- :run_after means now, so a batch can run with the statement clock (no clock read first).
+INSERT INTO {table}
+    (state, claim, attempts_allowed, attempts_remaining, custom_status,
+     created_at, updated_at, run_after, body)
+VALUES (0, NULL, :attempts, :attempts, :status, :now, :now, COALESCE(:run_after, :now), :body)
