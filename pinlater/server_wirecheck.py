@@ -69,12 +69,43 @@ def check_struct(data: bytes, pos: int, max_depth: int = 16) -> int:
     return check_args(data, pos, None, WireLimits(max_depth=max_depth))
 
 
+_KEY = object()  # the path step of a map key
+
+
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
+def _render(path: Any) -> str:
+    """The text of a lazy field path: "" (the arguments), None (unknown data: ""), or a tuple
+    (parent, step) built while walking, the step a field name, an element index or _KEY. Paths
+    are only spelled out for an error message: formatting one per field and element cost more
+    than the walk itself."""
+    if not path:
+        return ""
+    parent, step = path
+    head = _render(parent)
+    if isinstance(step, str):
+        return _join(head, step)
+    return f"{head}<key>" if step is _KEY else f"{head}[{step}]"
+
+
 def _wire(ttype: int) -> int:
     return 11 if ttype == _BINARY else ttype
+
+
+_FIELDS: dict[Any, dict[int, tuple[int, int, Any, str]]] = {}
+
+
+def _fields(cls: Any) -> dict[int, tuple[int, int, Any, str]]:
+    """`cls.thrift_spec` as {field id: (wire type, spec type, extra, name)}, computed once per
+    struct class (the walk looks a field up for every field of every element)."""
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        fields = _FIELDS[cls] = {
+            fid: (_wire(f[0]), f[0], f[2] if len(f) == 4 else None, f[1])
+            for fid, f in cls.thrift_spec.items()}
+    return fields
 
 
 def _elem(spec: Any) -> tuple[int, Any]:
@@ -83,7 +114,8 @@ def _elem(spec: Any) -> tuple[int, Any]:
 
 
 class _Walk:
-    """`path` is the field path while the walk follows the IDL, None inside unknown data."""
+    """`path` is the lazy field path (see `_render`) while the walk follows the IDL, None inside
+    unknown data."""
 
     __slots__ = ("data", "end", "limits")
 
@@ -93,7 +125,7 @@ class _Walk:
     def struct(self, pos: int, cls: Any, depth: int, path: str | None) -> int:
         if depth <= 0:
             raise WireError("too_deep", f"nested deeper than {self.limits.max_depth} levels")
-        spec = cls.thrift_spec if cls is not None and path is not None else {}
+        spec = _fields(cls) if cls is not None and path is not None else {}
         data = self.data
         while True:
             ftype = data[pos]
@@ -102,16 +134,19 @@ class _Walk:
             (fid,) = _I16.unpack_from(data, pos + 1)
             pos += 3
             fspec = spec.get(fid)
-            if fspec is not None and _wire(fspec[0]) == ftype:
-                extra = fspec[2] if len(fspec) == 4 else None
-                pos = self.value(pos, fspec[0], extra, depth - 1, _join(path, fspec[1]))
+            if fspec is not None and fspec[0] == ftype:
+                _, ttype, extra, name = fspec
+                if ttype == 11:  # the commonest field: straight to the string check
+                    pos = self.string(pos, (path, name))
+                else:
+                    pos = self.value(pos, ttype, extra, depth - 1, (path, name))
             elif ftype in _MIN_WIDTH:  # unknown id or wrong type: thriftpy2 skips it
                 pos = self.value(pos, ftype, None, depth - 1, None)
             else:
-                raise WireError("bad_type", f"{_join(path or '', f'field {fid}')}: invalid "
+                raise WireError("bad_type", f"{_join(_render(path), f'field {fid}')}: invalid "
                                 f"type id {ftype}")
 
-    def value(self, pos: int, ttype: int, extra: Any, depth: int, path: str | None) -> int:
+    def value(self, pos: int, ttype: int, extra: Any, depth: int, path: Any) -> int:
         size = _FIXED.get(ttype)
         if size is not None:
             pos += size
@@ -124,25 +159,25 @@ class _Walk:
         elif ttype == 13:
             pos = self.mapping(pos, extra, depth, path)
         else:
-            raise WireError("bad_type", f"{path or 'value'}: invalid type id {ttype}")
+            raise WireError("bad_type", f"{_render(path) or 'value'}: invalid type id {ttype}")
         if pos > self.end:
-            raise WireError("truncated", f"{path or 'value'}: truncated")
+            raise WireError("truncated", f"{_render(path) or 'value'}: truncated")
         return pos
 
-    def string(self, pos: int, utf8_path: str | None) -> int:
+    def string(self, pos: int, utf8_path: Any) -> int:
         (n,) = _I32.unpack_from(self.data, pos)
         start = pos + 4
         if n < 0 or start + n > self.end:
-            raise WireError("truncated", f"{utf8_path or 'string'}: length {n} out of range "
+            raise WireError("truncated", f"{_render(utf8_path) or 'string'}: length {n} out of range "
                             f"({self.end - start} bytes left)")
         if utf8_path is not None:
             try:
                 self.data[start:start + n].decode("utf-8")
             except UnicodeDecodeError:
-                raise WireError("bad_utf8", f"{utf8_path}: invalid UTF-8") from None
+                raise WireError("bad_utf8", f"{_render(utf8_path)}: invalid UTF-8") from None
         return start + n
 
-    def sequence(self, pos: int, extra: Any, depth: int, path: str | None) -> int:
+    def sequence(self, pos: int, extra: Any, depth: int, path: Any) -> int:
         etype = self.data[pos]
         (n,) = _I32.unpack_from(self.data, pos + 1)
         known = self.expect(path, extra, etype, "elements")
@@ -151,10 +186,10 @@ class _Walk:
         ktype, kextra = known if known is not None else (etype, None)
         for i in range(n):
             pos = self.value(pos, ktype, kextra, depth - 1,
-                             None if known is None else f"{path}[{i}]")
+                             None if known is None else (path, i))
         return pos
 
-    def mapping(self, pos: int, extra: Any, depth: int, path: str | None) -> int:
+    def mapping(self, pos: int, extra: Any, depth: int, path: Any) -> int:
         ktype, vtype = self.data[pos], self.data[pos + 1]
         (n,) = _I32.unpack_from(self.data, pos + 2)
         kspec = self.expect(path, None if extra is None else extra[0], ktype, "keys")
@@ -164,26 +199,25 @@ class _Walk:
         kt, ke = kspec if kspec is not None else (ktype, None)
         vt, ve = vspec if vspec is not None else (vtype, None)
         for i in range(n):
-            pos = self.value(pos, kt, ke, depth - 1, None if kspec is None else f"{path}<key>")
-            pos = self.value(pos, vt, ve, depth - 1, None if vspec is None else f"{path}[{i}]")
+            pos = self.value(pos, kt, ke, depth - 1, None if kspec is None else (path, _KEY))
+            pos = self.value(pos, vt, ve, depth - 1, None if vspec is None else (path, i))
         return pos
 
     @staticmethod
-    def expect(path: str | None, spec: Any, wire_type: int, what: str) -> tuple[int, Any] | None:
+    def expect(path: Any, spec: Any, wire_type: int, what: str) -> tuple[int, Any] | None:
         """The IDL's (type, extra) for a known container's elements; None for unknown data.
         Raises type_mismatch when the wire says otherwise."""
         if path is None or spec is None:
             return None
         ttype, extra = _elem(spec)
         if _wire(ttype) != wire_type:
-            raise WireError("type_mismatch", f"{path}: {what} are "
+            raise WireError("type_mismatch", f"{_render(path)}: {what} are "
                             f"{_NAMES.get(wire_type, wire_type)}, expected "
                             f"{_NAMES.get(_wire(ttype), ttype)}")
         return ttype, extra
 
-    def count(self, pos: int, n: int, types: tuple[int, ...], depth: int,
-              path: str | None) -> None:
-        where = path or "container"
+    def count(self, pos: int, n: int, types: tuple[int, ...], depth: int, path: Any) -> None:
+        where = _render(path) or "container"
         for t in types:
             if t not in _MIN_WIDTH:
                 raise WireError("bad_type", f"{where}: invalid element type id {t}")
