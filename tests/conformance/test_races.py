@@ -4,6 +4,14 @@ double-move a job."""
 import threading
 from collections import Counter
 
+from tests.conformance.api import Api
+from tests.conformance.wire import loopback_client
+
+
+def own_api(api: Api) -> Api:
+    """An Api with its own in-process connection (one connection per thread, as on a socket)."""
+    return Api(loopback_client(api.app.handler), api.app)
+
 
 def test_concurrent_dequeuers_claim_each_job_exactly_once(api, queue):
     total = 600
@@ -14,9 +22,10 @@ def test_concurrent_dequeuers_claim_each_job_exactly_once(api, queue):
     errors = []
 
     def worker(n):
+        mine = own_api(api)
         try:
             for _ in range(200):
-                ids = list((api.dequeue(queue, 7, source=f"w:{n}").jobs or {}).keys())
+                ids = list((mine.dequeue(queue, 7, source=f"w:{n}").jobs or {}).keys())
                 if not ids:
                     return
                 with lock:
@@ -39,8 +48,9 @@ def test_acks_racing_the_janitor_never_double_move_a_job(api, queue):
     ds = api.enqueue(queue, *[{"body": b"x", "numAttemptsAllowed": 3}] * 200)
     claims = {d: m.claimDescriptor for d, m in api.dequeue(queue, 200).jobMetadata.items()}
     api.advance(61_000)
+    mine = own_api(api)
     acker = threading.Thread(target=lambda: [
-        api.ack(queue, failed=[(d, {"claimDescriptor": claims[d]})]) for d in ds])
+        mine.ack(queue, failed=[(d, {"claimDescriptor": claims[d]})]) for d in ds])
     acker.start()
     api.janitor(claim_timeout_seconds=60, batch_size=10)
     acker.join(60)
