@@ -13,17 +13,15 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pymysql
 
 from tests.support import BackendUnderTest, unavailable
+from tests.support.storage_process import StorageProcess, free_port
 
 STARTUP_TIMEOUT_SECONDS = 60.0
 _SERVER_BINARIES = ("mariadbd", "mysqld")
@@ -40,12 +38,6 @@ def _which(names: Sequence[str]) -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def require_mariadb() -> None:
     if _which(_SERVER_BINARIES) is None:
         unavailable("mariadbd (or mysqld) binary not found")
@@ -53,11 +45,15 @@ def require_mariadb() -> None:
         unavailable("mariadb-install-db (or mysql_install_db) not found")
 
 
-class MariaDBServer:
+class MariaDBServer(StorageProcess):
     """One mariadbd on 127.0.0.1 with its own datadir; restartable on the same dir and port."""
+
+    name = "mariadbd"
+    startup_timeout = STARTUP_TIMEOUT_SECONDS
 
     def __init__(self, base_dir: Path, *, flush_log_at_trx_commit: int = 1,
                  extra: Sequence[str] = ()):
+        super().__init__()
         self.base_dir = Path(base_dir)
         self.data_dir = self.base_dir / "data"
         self.log_file = self.base_dir / "mariadbd.err"
@@ -65,8 +61,6 @@ class MariaDBServer:
         self.socket_dir = Path(tempfile.mkdtemp(prefix="plmy-"))
         self.flush_log_at_trx_commit = flush_log_at_trx_commit
         self.extra = list(extra)
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
 
     def install(self) -> MariaDBServer:
         """Create the system tables in a fresh datadir (root@localhost, empty password)."""
@@ -96,24 +90,14 @@ class MariaDBServer:
     def start(self) -> MariaDBServer:
         if not self.data_dir.exists():
             self.install()
-        self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        self._wait_ready()
-        return self
+        return super().start()
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mariadbd exited with {self.proc.returncode}; "
-                                   f"see {self.log_file}")
-            try:
-                self.connect(connect_timeout=1).close()
-                return
-            except pymysql.err.Error:  # not listening yet, or still recovering
-                time.sleep(0.1)
-        self.kill()
-        raise RuntimeError(f"mariadbd on port {self.port} did not start in time")
+    def _answers(self) -> bool:
+        self.connect(connect_timeout=1).close()
+        return True
+
+    def _starting_errors(self):
+        return (pymysql.err.Error,)
 
     def connect(self, **kwargs) -> pymysql.Connection:
         options = {"autocommit": True, "connect_timeout": 2, **kwargs}
@@ -124,25 +108,6 @@ class MariaDBServer:
         with contextlib.closing(self.connect()) as conn, conn.cursor() as cur:
             cur.execute(sql, args)
             return list(cur.fetchall())
-
-    def kill(self) -> None:
-        """kill -9: no shutdown, no flush beyond what innodb_flush_log_at_trx_commit did."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def restart(self) -> MariaDBServer:
-        """Start again on the same port and datadir (after kill or stop): crash recovery."""
-        self.kill()
-        return self.start()
 
     def shard(self, name: str, **overrides) -> dict:
         """The YAML instance entry for this server."""

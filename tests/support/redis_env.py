@@ -9,18 +9,14 @@ the same data dir.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import redis
 
 from tests.support import BackendUnderTest, unavailable
+from tests.support.storage_process import StorageProcess, free_port  # noqa: F401 (re-export)
 
 STARTUP_TIMEOUT_SECONDS = 10.0
 
@@ -29,27 +25,24 @@ def redis_server_binary() -> str | None:
     return shutil.which("redis-server")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class RedisServer:
+class RedisServer(StorageProcess):
     """One redis-server on 127.0.0.1 with its own data dir; restartable on the same dir/port."""
+
+    name = "redis-server"
+    startup_timeout = STARTUP_TIMEOUT_SECONDS
 
     def __init__(self, data_dir: Path, *, appendonly: bool = True, appendfsync: str = "always",
                  maxmemory: str | None = None, extra: Sequence[str] = (),
                  config_file: Path | None = None):
         """With `config_file`, only the port, bind address, data dir and log file are added to
         it (so the file's own durability settings are what runs)."""
+        super().__init__()
         self.config_file = config_file
         self.data_dir = Path(data_dir)
+        self.log_file = self.data_dir / "redis.log"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.appendonly, self.appendfsync = appendonly, appendfsync
         self.maxmemory, self.extra = maxmemory, list(extra)
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
 
     def args(self) -> list[str]:
         binary = redis_server_binary()
@@ -67,49 +60,16 @@ class RedisServer:
             args += ["--maxmemory", self.maxmemory]
         return args + self.extra
 
-    def start(self) -> RedisServer:
-        self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        self._wait_ready()
-        return self
+    def _answers(self) -> bool:
+        with self.client() as client:
+            return bool(client.ping())
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.proc.returncode}; "
-                                   f"see {self.data_dir / 'redis.log'}")
-            try:
-                with self.client() as client:
-                    if client.ping():
-                        return
-            except redis.exceptions.RedisError:  # not listening yet, or still loading
-                time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"redis-server on port {self.port} did not start in time")
+    def _starting_errors(self):
+        return (redis.exceptions.RedisError,)
 
     def client(self, **kwargs) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5,
                            socket_connect_timeout=1, **kwargs)
-
-    def kill(self) -> None:
-        """kill -9 (no shutdown save, no AOF flush beyond what the fsync policy did)."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def restart(self) -> RedisServer:
-        """Start again on the same port and data dir (after kill or stop)."""
-        self.kill()
-        return self.start()
 
     def shard(self, name: str) -> dict:
         """The YAML shard entry for a shard on this server."""

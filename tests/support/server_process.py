@@ -37,6 +37,8 @@ from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TMessageType
 from thriftpy2.transport import TFramedTransportFactory, TMemoryBuffer
 
+from tests.support.storage_process import free_port  # noqa: F401 (tests import it from here)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LISTENING_RE = re.compile(r"listening on (\S+):(\d+)")
 
@@ -194,11 +196,6 @@ def _can_connect(host: str, port: int) -> bool:
         return False
 
 
-def free_port() -> int:
-    """A port that was free a moment ago (racy by nature; prefer --port 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_thrift_client(host: str, port: int, timeout: float = 10.0):
