@@ -184,6 +184,10 @@ class _Walk:
         self.count(pos + 5, n, (etype,), depth, path)
         pos += 5
         ktype, kextra = known if known is not None else (etype, None)
+        if ktype == 12 and known is not None:  # a list of IDL structs (acks, jobs): no dispatch
+            for i in range(n):
+                pos = self.struct(pos, kextra, depth - 1, (path, i))
+            return pos
         for i in range(n):
             pos = self.value(pos, ktype, kextra, depth - 1,
                              None if known is None else (path, i))
