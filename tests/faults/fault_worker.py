@@ -88,6 +88,11 @@ def run(args: argparse.Namespace) -> int:
 def ack(client: PinLaterClient, history: History, args, jobs) -> None:
     records = [history.invoke("ack", job=job_id(j.body), descriptor=j.descriptor, claim=j.claim,
                               result="success") for j in jobs]
+    for j in jobs:  # written before sending: a kill -9 may land before the outcome is recorded
+        now = time.time()
+        history.add({"op": "ack_sending", "process": args.source, "invoke": now, "complete": now,
+                     "outcome": "unknown",
+                     "job": job_id(j.body), "descriptor": j.descriptor, "claim": j.claim})
     try:
         client.ack(args.queue, succeeded=jobs)
         outcome, error = "ok", None

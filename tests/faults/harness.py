@@ -235,9 +235,12 @@ class Rig:
             self.history.complete(ack, outcome)
 
     def open_jobs(self, client: PinLaterClient) -> int:
+        """PENDING + IN_PROGRESS jobs. The counts are separate calls, so IN_PROGRESS is counted
+        first: a job the janitor reclaims in between (IN_PROGRESS -> PENDING) is then counted
+        twice rather than not at all (the other order let a drain end with jobs left)."""
         try:
             return sum(client.count(self.queue, state, future=future)
-                       for state in (JobState.PENDING, JobState.IN_PROGRESS)
+                       for state in (JobState.IN_PROGRESS, JobState.PENDING)
                        for future in (False, True))
         except PinLaterError:
             return -1

@@ -3,6 +3,8 @@ drain, check. Run on every backend."""
 
 from __future__ import annotations
 
+import collections
+
 import threading
 import time
 
@@ -118,7 +120,8 @@ def test_f10_full_restart_then_drain_counts_reconcile(make_rig, kind):
     final = rig.final_state()
     stored = len(final)
     succeeded = client.count(rig.queue, checker.JobState.SUCCEEDED)
-    assert succeeded == stored, (succeeded, stored)
+    states = collections.Counter(info.state.name for info in final.values())
+    assert succeeded == stored, (succeeded, stored, dict(states), report)
     assert report.acked + report.stored_copies_extra == stored
     assert report.enq_ok + report.recovered == report.acked
     rig.finish(report, note=f"{stored} stored = {succeeded} SUCCEEDED")
