@@ -21,7 +21,7 @@ from pathlib import Path
 import pymysql
 
 from tests.support import BackendUnderTest, unavailable
-from tests.support.storage_process import StorageProcess, free_port
+from tests.support.storage_process import StorageProcess, free_port  # noqa: F401 (re-export)
 
 STARTUP_TIMEOUT_SECONDS = 60.0
 _SERVER_BINARIES = ("mariadbd", "mysqld")
@@ -126,15 +126,7 @@ def running_server(base_dir: Path, **kwargs) -> Iterator[MariaDBServer]:
     require_mariadb()
     server = MariaDBServer(base_dir, **kwargs)
     try:
-        for attempt in range(3):  # the free port may be taken between probe and bind
-            try:
-                server.start()
-                break
-            except RuntimeError:
-                if attempt == 2:
-                    raise
-                server.kill()
-                server.port = free_port()
+        server.start_on_a_free_port()
         yield server
     finally:
         server.cleanup()

@@ -88,14 +88,7 @@ def running_server(data_dir: Path, **kwargs) -> Iterator[RedisServer]:
     require_redis_server()
     server = RedisServer(data_dir, **kwargs)
     try:
-        for attempt in range(3):  # the free port may be taken between probe and bind
-            try:
-                server.start()
-                break
-            except RuntimeError:
-                if attempt == 2:
-                    raise
-                server.port = free_port()
+        server.start_on_a_free_port()
         yield server
     finally:
         server.kill()

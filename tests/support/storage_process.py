@@ -44,6 +44,17 @@ class StorageProcess:
         self._wait_ready()
         return self
 
+    def start_on_a_free_port(self, tries: int = 3):
+        """start(), moving to another free port when the chosen one was taken in between."""
+        for attempt in range(tries):
+            try:
+                return self.start()
+            except RuntimeError:
+                if attempt + 1 == tries:
+                    raise
+                self.kill()
+                self.port = free_port()
+
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
