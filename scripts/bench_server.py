@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -29,32 +31,50 @@ from tests.support.server_process import ServerProcess  # noqa: E402
 
 @contextlib.contextmanager
 def storage(kind: str, tmp: Path, fsync: str):
-    """Yield the `backend:` config section for one throwaway shard of `kind`."""
+    """Yield (the `backend:` config section for one throwaway shard of `kind`, the storage
+    process's PID or None when storage is embedded in the server)."""
     if kind == "sqlite":
-        yield {"kind": "sqlite", "data_dir": str(tmp / "sqlite"), "shards": [{"name": "1"}]}
+        yield {"kind": "sqlite", "data_dir": str(tmp / "sqlite"), "shards": [{"name": "1"}]}, None
     elif kind == "redis":
         from tests.support.redis_env import running_server
         with running_server(tmp / "redis", appendfsync=fsync) as server:
-            yield {"kind": "redis", "shards": [server.shard("r1")]}
+            yield {"kind": "redis", "shards": [server.shard("r1")]}, server.proc.pid
     elif kind == "mysql":
         from tests.support.mysql_env import running_server
         with running_server(tmp / "mysql", flush_log_at_trx_commit=1) as server:
-            yield {"kind": "mysql", "shards": [server.shard("m1")]}
+            yield {"kind": "mysql", "shards": [server.shard("m1")]}, server.proc.pid
     else:
         raise SystemExit(f"unknown backend {kind}")
 
 
-def load(server: ServerProcess, mode: str, queue: str, args) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load(server: ServerProcess, mode: str, queue: str, args, storage_pid: int | None) -> dict:
+    """One CLI load run; the report gains the CPU ms that the server, the storage process and
+    the load client each spent per 100 jobs (where the 2 cores go)."""
     cmd = [sys.executable, "-m", "pinlater.cli", "--host", server.host, "--port",
            str(server.port), "--json", mode, "--queue", queue, "--num_queries",
            str(args.jobs // args.batch), "--batch_size", str(args.batch), "--concurrency",
            str(args.concurrency)]
     if mode == "dequeue" and args.piggyback:
         cmd.append("--piggyback")
+    pids = {"server": server.pid, "storage": storage_pid}
+    before = {name: cpu_seconds(pid) for name, pid in pids.items() if pid}
+    started = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT,
                          timeout=600).stdout
-    reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return reports[-1]
+    finished = resource.getrusage(resource.RUSAGE_CHILDREN)
+    report = [json.loads(line) for line in out.splitlines() if line.startswith("{")][-1]
+    per_100 = 100_000 / max(report.get("jobs") or 1, 1)  # seconds -> ms per 100 jobs
+    for name, cpu in before.items():
+        report[f"cpu_{name}_ms"] = round((cpu_seconds(pids[name]) - cpu) * per_100, 2)
+    client = (finished.ru_utime + finished.ru_stime) - (started.ru_utime + started.ru_stime)
+    report["cpu_client_ms"] = round(client * per_100, 2)
+    return report
 
 
 def main() -> int:
@@ -70,13 +90,13 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pinlater-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        with storage(args.backend, tmp, args.fsync) as backend:
+        with storage(args.backend, tmp, args.fsync) as (backend, storage_pid):
             config = {"backend": backend, "janitor": {"enabled": False}}
             with ServerProcess(config, tmp / "server") as server:
                 subprocess.run([sys.executable, "-m", "pinlater.cli", "--host", server.host,
                                 "--port", str(server.port), "create", "--queue", "bench"],
                                check=True, capture_output=True, cwd=ROOT)
-                results = {mode: load(server, mode, "bench", args)
+                results = {mode: load(server, mode, "bench", args, storage_pid)
                            for mode in ("enqueue", "dequeue")}
     label = args.backend + (f" (appendfsync {args.fsync})" if args.backend == "redis" else "")
     print(f"backend {label}, batch {args.batch}, concurrency {args.concurrency}, "
@@ -88,7 +108,10 @@ def main() -> int:
 
 def _fmt(report: dict) -> str:
     keys = {k: report.get(k) for k in ("jobs_per_s", "p50_ms", "p99_ms", "jobs", "errors")}
-    return ", ".join(f"{k} {v}" for k, v in keys.items())
+    text = ", ".join(f"{k} {v}" for k, v in keys.items())
+    cpu = [f"{name} {report[f'cpu_{name}_ms']}" for name in ("server", "storage", "client")
+           if f"cpu_{name}_ms" in report]
+    return text + "\n           CPU ms per 100 jobs: " + ", ".join(cpu)
 
 
 if __name__ == "__main__":
