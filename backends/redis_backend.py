@@ -1,7 +1,9 @@
 """Redis storage: per-shard primitives, each one Lua script call (or one pipeline).
 
-Key layout: see `backends/redis_keys.py` (registry HASH, per-job HASH, an id counter per
-priority, a run_after index per state and an updated_at index per non-PENDING state). Every
+Key layout: see `backends/redis_keys.py` (registry HASH; per queue priority an id counter,
+three column hashes keyed by job id (bodies, metadata, custom statuses), a run_after index per
+state and an updated_at index per non-PENDING state). The hot scripts touch many jobs with a
+handful of variadic calls instead of one or two calls per job. Every
 state transition is one script in `backends/lua/` (loaded once, called by SHA); scripts read
 Redis's own clock (`TIME`) plus the shard's `clock_offset_ms`, so eligibility and claim expiry
 never depend on an application server's clock.
@@ -40,8 +42,6 @@ from pinlater.models import (
 
 #: jobs read per page.lua call when a body filter is applied in Python
 FILTER_PAGE_SIZE = 500
-#: jobs removed per delete_queue.lua step (bounds how long one step blocks Redis)
-DELETE_QUEUE_STEP = 5000
 _RECORD_WIDTH = 11  # values per record from _lib.lua pl_append_record
 
 
@@ -198,17 +198,10 @@ class RedisShard(Shard):
         self._run(self._scripts.create_queue, queue, [queue, self.limits.num_priorities])
 
     def delete_queue(self, queue: str) -> None:
-        """Unregister the queue, then delete its jobs in bounded steps (each one script call
-        that blocks Redis only briefly). A queue created again while this runs keeps whatever
-        was not deleted yet."""
-        prefix, top, first = self._prefix(queue), self.limits.num_priorities, "1"
-        for _ in range(1_000_000):  # bounded: each step deletes up to DELETE_QUEUE_STEP jobs
-            registered, done = self._run(self._scripts.delete_queue, queue,
-                                         [queue, prefix, top, DELETE_QUEUE_STEP, first])
-            top, first = max(top, int(registered)), "0"
-            if int(done):
-                return
-        raise ShardError(self.name, f"delete_queue({queue}) did not finish", retriable=True)
+        """Unregister the queue and UNLINK its keys in one script call: a queue's jobs live in
+        a fixed number of keys per priority, and Redis frees large ones in the background."""
+        self._run(self._scripts.delete_queue, queue,
+                  [queue, self._prefix(queue), self.limits.num_priorities])
 
     def queue_names(self) -> set[str]:
         with self._errors():

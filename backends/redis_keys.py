@@ -6,10 +6,13 @@ key starts with the shard name):
     pl:<shard>:queues                   HASH   queue name -> highest priority created (registry)
     pl:<shard>:q:<queue>:p<n>:seq       STRING id counter of priority n (INCR); local ids are
                                                unique per queue, shard and priority
-    pl:<shard>:q:<queue>:p<n>:j:<id19>  HASH   one job: b body (bytes), s state (0..3),
-                                               aa/ar attempts allowed/remaining, cs custom
-                                               status (UTF-8), ca created_at, ra run_after,
-                                               ua updated_at (epoch ms, decimal), cl claim
+    pl:<shard>:q:<queue>:p<n>:b         HASH   id19 -> body (bytes)
+    pl:<shard>:q:<queue>:p<n>:m         HASH   id19 -> meta 's|aa|ar|ca|ra|ua|cl': state
+                                               (0..3), attempts allowed/remaining, created_at,
+                                               run_after, updated_at (epoch ms, decimal) and
+                                               the claim ('' when none; last, so it may hold
+                                               '|')
+    pl:<shard>:q:<queue>:p<n>:c         HASH   id19 -> custom status (UTF-8), only when non-empty
     pl:<shard>:q:<queue>:p<n>:ra<s>     ZSET   run_after index of state s (all scores 0):
                                                members '<ra16>:<id19>' so byte order is
                                                (run_after, id) order; ZRANGEBYLEX serves
@@ -20,8 +23,10 @@ key starts with the shard name):
                                                (IN_PROGRESS), purge TTL (SUCCEEDED/FAILED),
                                                retryFailedJobs oldest-first (FAILED)
 
-Every job is in exactly one ra<s> index (and, outside PENDING, the matching ua<s>), which is
-what lets delete_queue find and remove everything. `id19` is the local id zero-padded to 19
+Jobs are fields of per-priority column hashes rather than a hash each, so enqueue, dequeue and
+ack read and write a whole batch with one variadic HMGET/HSET per column (a Lua redis.call costs
+microseconds; one per job dominated the scripts), and deleting a queue is UNLINK of a fixed set
+of keys. Every job is in exactly one ra<s> index (and, outside PENDING, the matching ua<s>). `id19` is the local id zero-padded to 19
 digits; `ra16` is run_after + RA_OFFSET zero-padded to 16 digits (run_after saturates to
 [RA_MIN, RA_MAX], far outside any real timestamp, so Lua doubles stay exact).
 
@@ -74,8 +79,10 @@ def seq_key(shard: str, queue: str, priority: int) -> str:
     return f"{queue_prefix(shard, queue)}:p{int(priority)}:seq"
 
 
-def job_key(shard: str, queue: str, priority: int, local_id: int) -> str:
-    return f"{queue_prefix(shard, queue)}:p{int(priority)}:j:{id19(local_id)}"
+def column_keys(shard: str, queue: str, priority: int) -> tuple[str, str, str]:
+    """The body, meta and custom-status hashes of one queue priority (fields are id19s)."""
+    prefix = f"{queue_prefix(shard, queue)}:p{int(priority)}"
+    return f"{prefix}:b", f"{prefix}:m", f"{prefix}:c"
 
 
 def id19(local_id: int) -> str:

@@ -45,8 +45,26 @@ local function pl_prio_prefix(qprefix, prio)
   return qprefix .. ':p' .. prio
 end
 
-local function pl_job_key(qprefix, prio, id19)
-  return qprefix .. ':p' .. prio .. ':j:' .. id19
+-- The three column hashes of one queue priority: field id19 -> body, -> meta text, -> custom
+-- status (present only when non-empty). Many jobs are read or written with one variadic call.
+local function pl_job_keys(qprefix, prio)
+  local p = qprefix .. ':p' .. prio
+  return p .. ':b', p .. ':m', p .. ':c'
+end
+
+-- Meta text: 's|aa|ar|ca|ra|ua|cl' (state digit, attempts allowed/remaining, created_at,
+-- run_after, updated_at as decimal integers; the claim last, '' when none, so it may hold '|').
+local PL_META = '^(%d)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(%-?%d+)|(.*)$'
+
+-- s, aa, ar, ca, ra, ua, cl as strings; nothing for a missing (nil/false) meta.
+local function pl_meta_parse(meta)
+  if not meta then return nil end
+  return string.match(meta, PL_META)
+end
+
+-- Arguments must be strings (numbers through pl_int).
+local function pl_meta(s, aa, ar, ca, ra, ua, cl)
+  return s .. '|' .. aa .. '|' .. ar .. '|' .. ca .. '|' .. ra .. '|' .. ua .. '|' .. cl
 end
 
 local function pl_ra_index(qprefix, prio, state)
@@ -114,29 +132,54 @@ local function pl_index(qprefix, prio, state, member, id19, ua)
   if state ~= '0' then redis.call('ZADD', pl_ua_index(qprefix, prio, state), ua, id19) end
 end
 
--- Delete one job (hash and index entries) whose hash fields s/ra were read as `st`, `ra`.
+-- Delete one job (column hash fields and index entries) whose state and run_after are `st`, `ra`.
 local function pl_delete_job(qprefix, prio, id19, st, ra)
   pl_unindex(qprefix, prio, st, pl_member(tonumber(ra), id19), id19)
-  redis.call('DEL', pl_job_key(qprefix, prio, id19))
+  local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
+  redis.call('HDEL', bkey, id19)
+  redis.call('HDEL', mkey, id19)
+  redis.call('HDEL', ckey, id19)
 end
 
 -- Append one job record (11 entries: prio, id19, s, aa, ar, cs, ca, ra, ua, cl, body) in the
--- order backends/redis_backend.py decodes it; false (nil) for absent fields. Returns whether
--- the job exists.
+-- order backends/redis_backend.py decodes it; false (nil) for an absent claim or status.
+-- Returns whether the job exists.
 local function pl_append_record(out, qprefix, prio, id19, with_body)
-  local key = pl_job_key(qprefix, prio, id19)
-  local v
-  if with_body then
-    v = redis.call('HMGET', key, 's', 'aa', 'ar', 'cs', 'ca', 'ra', 'ua', 'cl', 'b')
-  else
-    v = redis.call('HMGET', key, 's', 'aa', 'ar', 'cs', 'ca', 'ra', 'ua', 'cl')
-  end
-  if not v[1] then return false end
-  out[#out + 1] = prio
-  out[#out + 1] = id19
-  for i = 1, 8 do out[#out + 1] = v[i] end
-  if with_body then out[#out + 1] = v[9] else out[#out + 1] = false end
+  local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
+  local s, aa, ar, ca, ra, ua, cl = pl_meta_parse(redis.call('HGET', mkey, id19))
+  if not s then return false end
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = prio, id19, s, aa, ar
+  out[n + 6] = redis.call('HGET', ckey, id19)
+  out[n + 7], out[n + 8], out[n + 9] = ca, ra, ua
+  if cl == '' then out[n + 10] = false else out[n + 10] = cl end
+  if with_body then out[n + 11] = redis.call('HGET', bkey, id19) else out[n + 11] = false end
   return true
+end
+
+-- Variadic HMGET of `fields` (chunked): values in the same order, false for missing ones.
+local function pl_hmget(key, fields)
+  local out = {}
+  for first = 1, #fields, 1000 do
+    local part = redis.call('HMGET', key, unpack(fields, first, math.min(first + 999, #fields)))
+    for i = 1, #part do out[#out + 1] = part[i] end
+  end
+  return out
+end
+
+-- Write `values` (a table field -> value) to hash `key` with chunked variadic HSETs; fields in
+-- `order` (each once) so the call is deterministic for AOF/replicas.
+local function pl_hset_fields(key, order, values)
+  local args = {}
+  for _, f in ipairs(order) do
+    args[#args + 1] = f
+    args[#args + 1] = values[f]
+    if #args >= 1000 then
+      redis.call('HSET', key, unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then redis.call('HSET', key, unpack(args)) end
 end
 
 -- Batched index moves: a script that moves many jobs between indexes collects the ZREM/ZADD

@@ -24,26 +24,25 @@ local applied = 0
 for i = 0, n - 1 do
   local base = 6 + i * 10
   local prio, id19 = ARGV[base], ARGV[base + 1]
-  local key = pl_job_key(qprefix, prio, id19)
-  local v = redis.call('HMGET', key, 's', 'cl', 'ra', 'cs')
-  if v[1] == '1' and pl_claim_ok(v[2], ARGV[base + 2], ARGV[base + 3]) then
+  local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
+  local s, aa, ar, ca, old_ra, ua, cl = pl_meta_parse(redis.call('HGET', mkey, id19))
+  if s == '1' and pl_claim_ok(cl, ARGV[base + 2], ARGV[base + 3]) then
     local ra = now
     if ARGV[base + 7] ~= '' then ra = pl_clamp_ra(tonumber(ARGV[base + 7])) end
-    pl_unindex(qprefix, prio, '1', pl_member(tonumber(v[3]), id19), id19)
+    pl_unindex(qprefix, prio, '1', pl_member(tonumber(old_ra), id19), id19)
     if ARGV[base + 6] == '1' then
       pl_index(qprefix, prio, '0', pl_member(ra, id19), id19, now)
-      redis.call('HSET', key, 's', '0')
-      redis.call('HDEL', key, 'cl')
+      s, cl = '0', ''
     else
       pl_index(qprefix, prio, '1', pl_member(ra, id19), id19, now)
     end
-    redis.call('HSET', key, 'ra', pl_int(ra), 'ua', now_text)
-    if ARGV[base + 5] == '1' then redis.call('HSET', key, 'b', ARGV[base + 4]) end
-    if ARGV[base + 8] ~= '' then
-      redis.call('HSET', key, 'aa', ARGV[base + 8], 'ar', ARGV[base + 8])
-    end
+    if ARGV[base + 8] ~= '' then aa, ar = ARGV[base + 8], ARGV[base + 8] end
+    redis.call('HSET', mkey, id19, pl_meta(s, aa, ar, ca, pl_int(ra), now_text, cl))
+    if ARGV[base + 5] == '1' then redis.call('HSET', bkey, id19, ARGV[base + 4]) end
     if ARGV[base + 9] ~= '' then
-      redis.call('HSET', key, 'cs', pl_keep_first_chars(ARGV[base + 9] .. (v[4] or ''), cap))
+      local cs = redis.call('HGET', ckey, id19) or ''
+      cs = pl_keep_first_chars(ARGV[base + 9] .. cs, cap)
+      if cs == '' then redis.call('HDEL', ckey, id19) else redis.call('HSET', ckey, id19, cs) end
     end
     applied = applied + 1
   end

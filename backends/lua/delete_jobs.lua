@@ -10,7 +10,7 @@
 -- ARGV[4] state '0'..'3'
 -- ARGV[5] limit (>= 1)
 -- ARGV[6] number of listed ids n (0 = take the first `limit` of ra<state>), then the id19s
--- Deletes hashes and their ra/ua index entries. Returns how many jobs were deleted.
+-- Deletes the jobs' column fields and ra/ua index entries. Returns how many were deleted.
 local registry, queue, qprefix, prio, state = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
 local limit = tonumber(ARGV[5])
@@ -18,19 +18,25 @@ if limit < 1 then return 0 end
 local n = tonumber(ARGV[6])
 local deleted = 0
 if n == 0 then
-  local members = redis.call('ZRANGE', pl_ra_index(qprefix, prio, state), 0, limit - 1)
-  for _, member in ipairs(members) do
-    local id19 = pl_member_id(member)
-    pl_unindex(qprefix, prio, state, member, id19)
-    redis.call('DEL', pl_job_key(qprefix, prio, id19))
-  end
+  local index = pl_ra_index(qprefix, prio, state)
+  local members = redis.call('ZRANGE', index, 0, limit - 1)
+  if #members == 0 then return 0 end
+  local ids = {}
+  for i, member in ipairs(members) do ids[i] = pl_member_id(member) end
+  local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
+  redis.call('ZREMRANGEBYRANK', index, 0, #members - 1)
+  if state ~= '0' then pl_chunked('ZREM', pl_ua_index(qprefix, prio, state), ids) end
+  pl_chunked('HDEL', bkey, ids)
+  pl_chunked('HDEL', mkey, ids)
+  pl_chunked('HDEL', ckey, ids)
   return #members
 end
+local _, mkey = pl_job_keys(qprefix, prio)
 for i = 1, math.min(n, limit) do
   local id19 = ARGV[6 + i]
-  local v = redis.call('HMGET', pl_job_key(qprefix, prio, id19), 's', 'ra')
-  if v[1] == state then
-    pl_delete_job(qprefix, prio, id19, state, v[2])
+  local s, _, _, _, ra = pl_meta_parse(redis.call('HGET', mkey, id19))
+  if s == state then
+    pl_delete_job(qprefix, prio, id19, state, ra)
     deleted = deleted + 1
   end
 end

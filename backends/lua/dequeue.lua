@@ -8,8 +8,9 @@
 -- ARGV[4] priority
 -- ARGV[5] limit (>= 1)
 -- ARGV[6] claim string
--- Reads ra0 (lex range up to now); writes ra0 -> ra1 (same member), ua1 score now, hash
--- {s=1, cl, ua}. Returns 4 values per job: id19, body, attempts allowed, attempts remaining.
+-- Reads ra0 (lex range up to now) and the :b/:m columns of the claimed ids (one HMGET each);
+-- writes ra0 -> ra1 (same member), ua1 score now, meta {s=1, ua=now, cl} (one HSET).
+-- Returns 4 values per job: id19, body, attempts allowed, attempts remaining.
 -- (Dry runs use page.lua, which writes nothing.)
 local registry, queue, qprefix, prio = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
@@ -33,24 +34,27 @@ local function flush()
     ra_args, ua_args = {}, {}
   end
 end
-local out = {}
-for _, member in ipairs(members) do
-  local id19 = pl_member_id(member)
-  local key = pl_job_key(qprefix, prio, id19)
-  local v = redis.call('HMGET', key, 'b', 'aa', 'ar')
-  if v[1] then
+local ids = {}
+for i, member in ipairs(members) do ids[i] = pl_member_id(member) end
+local bkey, mkey = pl_job_keys(qprefix, prio)
+local bodies, metas = pl_hmget(bkey, ids), pl_hmget(mkey, ids)
+local claim = ARGV[6]
+local out, claimed, new_meta = {}, {}, {}
+for i, id19 in ipairs(ids) do
+  local s, aa, ar, ca, ra, ua, cl = pl_meta_parse(metas[i])
+  if s then
     ra_args[#ra_args + 1] = 0
-    ra_args[#ra_args + 1] = member
+    ra_args[#ra_args + 1] = members[i]
     ua_args[#ua_args + 1] = now
     ua_args[#ua_args + 1] = id19
     if #ra_args >= 2 * CHUNK then flush() end
-    redis.call('HSET', key, 's', '1', 'cl', ARGV[6], 'ua', now_text)
-    out[#out + 1] = id19
-    out[#out + 1] = v[1]
-    out[#out + 1] = v[2]
-    out[#out + 1] = v[3]
+    claimed[#claimed + 1] = id19
+    new_meta[id19] = pl_meta('1', aa, ar, ca, ra, now_text, claim)
+    local n = #out
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = id19, bodies[i] or '', aa, ar
   end
 end
 if #members > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #members - 1) end
 flush()
+pl_hset_fields(mkey, claimed, new_meta)
 return out

@@ -7,8 +7,9 @@
 -- ARGV[4] number of jobs n, then 5 values per job from ARGV[5]:
 --         priority, run_after ms ('' = now), attempts allowed, custom status (already
 --         truncated by the caller), body (bytes)
--- Writes: seq INCRBY per priority (pl:..:p<prio>:seq); per job hash pl:..:p<prio>:j:<id19>
---   {b, s=0, aa, ar, cs, ca, ra, ua}, member '<ra16>:<id19>' in ra0.
+-- Writes: seq INCRBY per priority (pl:..:p<prio>:seq); per job the fields id19 of the column
+--   hashes :b (body), :m (meta '0|aa|aa|now|ra|now|') and :c (status, when non-empty), and
+--   the member '<ra16>:<id19>' of ra0; one variadic HSET per hash and priority.
 -- Returns the ids as decimal strings. Errors (before writing anything) if the queue is not
 -- registered or an id would pass 2^53.
 local registry, queue, qprefix = KEYS[1], ARGV[1], ARGV[2]
@@ -38,6 +39,7 @@ end
 local ids = {}
 local now_text = pl_int(now)
 local moves = pl_index_moves(qprefix)
+local columns = {}  -- prio -> {order = {id19...}, b = {}, m = {}, c_order = {}, c = {}}
 for i = 0, n - 1 do
   local base = 5 + i * 5
   local prio = ARGV[base]
@@ -46,11 +48,26 @@ for i = 0, n - 1 do
   local id = next_id[prio]
   next_id[prio] = id + 1
   local id19 = string.format('%019d', id)
-  redis.call('HSET', pl_job_key(qprefix, prio, id19),
-    'b', ARGV[base + 4], 's', '0', 'aa', ARGV[base + 2], 'ar', ARGV[base + 2],
-    'cs', ARGV[base + 3], 'ca', now_text, 'ra', pl_int(ra), 'ua', now_text)
+  local col = columns[prio]
+  if not col then
+    col = {order = {}, b = {}, m = {}, c_order = {}, c = {}}
+    columns[prio] = col
+  end
+  col.order[#col.order + 1] = id19
+  col.b[id19] = ARGV[base + 4]
+  col.m[id19] = pl_meta('0', ARGV[base + 2], ARGV[base + 2], now_text, pl_int(ra), now_text, '')
+  if ARGV[base + 3] ~= '' then
+    col.c_order[#col.c_order + 1] = id19
+    col.c[id19] = ARGV[base + 3]
+  end
   pl_move_index(moves, prio, '0', pl_member(ra, id19), id19, now)
   ids[#ids + 1] = pl_int(id)
+end
+for prio, col in pairs(columns) do
+  local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
+  pl_hset_fields(bkey, col.order, col.b)
+  pl_hset_fields(mkey, col.order, col.m)
+  pl_hset_fields(ckey, col.c_order, col.c)
 end
 pl_apply_moves(moves)
 return ids

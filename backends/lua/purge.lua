@@ -9,7 +9,8 @@
 -- ARGV[5] state '2' or '3'
 -- ARGV[6] ttl ms
 -- ARGV[7] limit (>= 1)
--- Reads ua<state> (updated_at < now - ttl); deletes hash and ra/ua entries. Returns the count.
+-- Reads ua<state> (updated_at < now - ttl); deletes the jobs' column fields and ra/ua entries
+-- with variadic calls. Returns the count.
 local registry, queue, qprefix, prio, state = KEYS[1], ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
 local limit = tonumber(ARGV[7])
@@ -17,8 +18,18 @@ if limit < 1 then return 0 end
 local now = pl_now(ARGV[3])
 local ids = redis.call('ZRANGEBYSCORE', pl_ua_index(qprefix, prio, state), '-inf',
   '(' .. pl_int(now - tonumber(ARGV[6])), 'LIMIT', 0, limit)
-for _, id19 in ipairs(ids) do
-  local ra = redis.call('HGET', pl_job_key(qprefix, prio, id19), 'ra')
-  pl_delete_job(qprefix, prio, id19, state, ra)
+local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
+local metas = pl_hmget(mkey, ids)
+local members = {}
+for i, id19 in ipairs(ids) do
+  local _, _, _, _, ra = pl_meta_parse(metas[i])
+  if ra then members[#members + 1] = pl_member(tonumber(ra), id19) end
 end
+if #ids > 0 then
+  pl_chunked('ZREM', pl_ua_index(qprefix, prio, state), ids)
+  pl_chunked('HDEL', bkey, ids)
+  pl_chunked('HDEL', mkey, ids)
+  pl_chunked('HDEL', ckey, ids)
+end
+if #members > 0 then pl_chunked('ZREM', pl_ra_index(qprefix, prio, state), members) end
 return #ids

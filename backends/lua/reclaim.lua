@@ -9,7 +9,7 @@
 -- ARGV[4] priority
 -- ARGV[5] claim timeout ms
 -- ARGV[6] limit (>= 1)
--- Reads ua1 (updated_at < now - timeout); writes ra1/ua1 -> ra0 or ra3/ua3 and the hashes.
+-- Reads ua1 (updated_at < now - timeout); writes ra1/ua1 -> ra0 or ra3/ua3 and the metas.
 -- Returns {retried, failed}.
 local registry, queue, qprefix, prio = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
@@ -20,21 +20,24 @@ local now_text = pl_int(now)
 local ids = redis.call('ZRANGEBYSCORE', pl_ua_index(qprefix, prio, '1'), '-inf',
   '(' .. pl_int(now - tonumber(ARGV[5])), 'LIMIT', 0, limit)
 local retried, failed = 0, 0
+local _, mkey = pl_job_keys(qprefix, prio)
 for _, id19 in ipairs(ids) do
-  local key = pl_job_key(qprefix, prio, id19)
-  local v = redis.call('HMGET', key, 'ra', 'ar')
-  local member = pl_member(tonumber(v[1]), id19)
-  pl_unindex(qprefix, prio, '1', member, id19)
-  if tonumber(v[2]) > 1 then
-    pl_index(qprefix, prio, '0', pl_member(now, id19), id19, now)
-    redis.call('HSET', key, 's', '0', 'ar', pl_int(tonumber(v[2]) - 1), 'ra', now_text,
-      'ua', now_text)
-    redis.call('HDEL', key, 'cl')
-    retried = retried + 1
+  local s, aa, ar, ca, ra, ua, cl = pl_meta_parse(redis.call('HGET', mkey, id19))
+  if not s then
+    redis.call('ZREM', pl_ua_index(qprefix, prio, '1'), id19)  -- index entry without a job
   else
-    pl_index(qprefix, prio, '3', member, id19, now)
-    redis.call('HSET', key, 's', '3', 'ar', '0', 'ua', now_text)
-    failed = failed + 1
+    local member = pl_member(tonumber(ra), id19)
+    pl_unindex(qprefix, prio, '1', member, id19)
+    if tonumber(ar) > 1 then
+      pl_index(qprefix, prio, '0', pl_member(now, id19), id19, now)
+      redis.call('HSET', mkey, id19,
+        pl_meta('0', aa, pl_int(tonumber(ar) - 1), ca, now_text, now_text, ''))
+      retried = retried + 1
+    else
+      pl_index(qprefix, prio, '3', member, id19, now)
+      redis.call('HSET', mkey, id19, pl_meta('3', aa, '0', ca, ra, now_text, cl))
+      failed = failed + 1
+    end
   end
 end
 return {retried, failed}

@@ -9,7 +9,7 @@
 -- ARGV[5] attempts remaining to set (>= 1)
 -- ARGV[6] run_after ms ('' = now)
 -- ARGV[7] limit (>= 1)
--- Reads ra3; writes ra3/ua3 -> ra0, hash {s=0, ar, ra, ua=now}, claim cleared.
+-- Reads ra3; writes ra3/ua3 -> ra0, meta {s=0, ar, ra, ua=now}, claim cleared.
 -- Returns how many jobs moved.
 local registry, queue, qprefix, prio = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
@@ -19,12 +19,15 @@ local now = pl_now(ARGV[3])
 local ra = now
 if ARGV[6] ~= '' then ra = pl_clamp_ra(tonumber(ARGV[6])) end
 local members = redis.call('ZRANGE', pl_ra_index(qprefix, prio, '3'), 0, limit - 1)
+local _, mkey = pl_job_keys(qprefix, prio)
+local now_text, ra_text = pl_int(now), pl_int(ra)
 for _, member in ipairs(members) do
   local id19 = pl_member_id(member)
-  local key = pl_job_key(qprefix, prio, id19)
+  local _, aa, _, ca = pl_meta_parse(redis.call('HGET', mkey, id19))
   pl_unindex(qprefix, prio, '3', member, id19)
-  pl_index(qprefix, prio, '0', pl_member(ra, id19), id19, now)
-  redis.call('HSET', key, 's', '0', 'ar', ARGV[5], 'ra', pl_int(ra), 'ua', pl_int(now))
-  redis.call('HDEL', key, 'cl')
+  if aa then
+    pl_index(qprefix, prio, '0', pl_member(ra, id19), id19, now)
+    redis.call('HSET', mkey, id19, pl_meta('0', aa, ARGV[5], ca, ra_text, now_text, ''))
+  end
 end
 return #members
