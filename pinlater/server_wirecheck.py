@@ -29,6 +29,8 @@ from typing import Any
 
 _I32 = struct.Struct("!i")
 _I16 = struct.Struct("!h")
+#: a field's id and, for a string field, its length (one unpack for the commonest field)
+_FIELD_STRING = struct.Struct("!hi")
 _FIXED = {2: 1, 3: 1, 4: 8, 6: 2, 8: 4, 10: 8}
 #: the smallest encoding of one value of each wire type (for the container-count check)
 _MIN_WIDTH = {**_FIXED, 11: 4, 12: 1, 13: 6, 14: 5, 15: 5}
@@ -59,7 +61,7 @@ def check_args(data: bytes, pos: int, args_cls: Any, limits: WireLimits = WireLi
     """Check the arguments struct of `args_cls` (a thriftpy2 `*_args` class) starting at `pos`;
     returns the offset after it. Raises WireError."""
     try:
-        return _Walk(data, limits).struct(pos, args_cls, limits.max_depth, "")
+        return _Walk(data, pos, limits).struct(pos, args_cls, limits.max_depth, "")
     except (IndexError, struct.error):
         raise WireError("truncated", "truncated value") from None
 
@@ -94,7 +96,10 @@ def _wire(ttype: int) -> int:
     return 11 if ttype == _BINARY else ttype
 
 
+#: bytes.translate table: 1 for a non-ASCII byte, 0 for an ASCII one
+_MARKS = bytes(int(b >= 0x80) for b in range(256))
 _FIELDS: dict[Any, dict[int, tuple[int, int, Any, str]]] = {}
+_NO_FIELDS: dict[int, tuple[int, int, Any, str]] = {}
 
 
 def _fields(cls: Any) -> dict[int, tuple[int, int, Any, str]]:
@@ -115,36 +120,77 @@ def _elem(spec: Any) -> tuple[int, Any]:
 
 class _Walk:
     """`path` is the lazy field path (see `_render`) while the walk follows the IDL, None inside
-    unknown data."""
+    unknown data. `high` is the offset of the next non-ASCII byte at or after the last string
+    start looked at (the walk only moves forward): a string that ends before it is ASCII, hence
+    valid UTF-8, and is not decoded (most strings of a 100-job request)."""
 
-    __slots__ = ("data", "end", "limits")
+    __slots__ = ("data", "end", "limits", "high", "marks")
 
-    def __init__(self, data: bytes, limits: WireLimits):
+    def __init__(self, data: bytes, pos: int, limits: WireLimits):
         self.data, self.end, self.limits = data, len(data), limits
+        self.high = self.end if data[pos:].isascii() else -1
+        self.marks: bytes | None = None
 
     def struct(self, pos: int, cls: Any, depth: int, path: str | None) -> int:
         if depth <= 0:
             raise WireError("too_deep", f"nested deeper than {self.limits.max_depth} levels")
-        spec = _fields(cls) if cls is not None and path is not None else {}
-        data = self.data
+        spec = _fields(cls) if cls is not None and path is not None else _NO_FIELDS
+        return self.fields(pos, spec, depth, path)
+
+    def fields(self, pos: int, spec: dict, depth: int, path: Any) -> int:
+        """The fields of a struct up to its stop byte. Strings, binaries and fixed-width values
+        (nearly every field of a job or an ack) are stepped over inline: the field id is only
+        looked up to name an error or to UTF-8-check a string of a non-ASCII frame."""
+        data, end = self.data, self.end
         while True:
             ftype = data[pos]
+            if ftype == 11:
+                fid, n = _FIELD_STRING.unpack_from(data, pos + 1)
+                start = pos + 7
+                pos = start + n
+                if n < 0 or pos > end or pos > self.high:
+                    self.string_field(start, n, spec.get(fid), path)
+                continue
+            size = _FIXED.get(ftype)
+            if size is not None:
+                pos += 3 + size
+                if pos > end:
+                    self.fixed_truncated(pos - 3 - size, spec, path)
+                continue
             if ftype == 0:
                 return pos + 1
             (fid,) = _I16.unpack_from(data, pos + 1)
             pos += 3
             fspec = spec.get(fid)
             if fspec is not None and fspec[0] == ftype:
-                _, ttype, extra, name = fspec
-                if ttype == 11:  # the commonest field: straight to the string check
-                    pos = self.string(pos, (path, name))
-                else:
-                    pos = self.value(pos, ttype, extra, depth - 1, (path, name))
+                pos = self.value(pos, fspec[1], fspec[2], depth - 1, (path, fspec[3]))
             elif ftype in _MIN_WIDTH:  # unknown id or wrong type: thriftpy2 skips it
                 pos = self.value(pos, ftype, None, depth - 1, None)
             else:
                 raise WireError("bad_type", f"{_join(_render(path), f'field {fid}')}: invalid "
                                 f"type id {ftype}")
+
+    def string_field(self, start: int, n: int, fspec: Any, path: Any) -> None:
+        """The slow part of a string field: its length is out of range, or it may hold
+        non-ASCII bytes and the IDL says `string` (an unknown field or a `binary` is not
+        decoded)."""
+        utf8_path = None
+        if fspec is not None and fspec[0] == 11 and fspec[1] == 11:
+            utf8_path = (path, fspec[3])
+        if n < 0 or start + n > self.end:
+            self.bad_length(n, start, utf8_path)
+        if utf8_path is not None:
+            self.utf8_check(start, start + n, utf8_path)
+
+    def fixed_truncated(self, pos: int, spec: dict, path: Any) -> None:
+        """Raise for the fixed-width field at `pos` that runs past the end, naming it when the
+        IDL knows it (an unknown field or one with a wrong type is just a "value")."""
+        ftype = self.data[pos]
+        (fid,) = _I16.unpack_from(self.data, pos + 1)
+        fspec = spec.get(fid)
+        known = fspec is not None and fspec[0] == ftype
+        raise WireError("truncated", f"{_render((path, fspec[3])) if known else 'value'}: "
+                        "truncated")
 
     def value(self, pos: int, ttype: int, extra: Any, depth: int, path: Any) -> int:
         size = _FIXED.get(ttype)
@@ -168,14 +214,33 @@ class _Walk:
         (n,) = _I32.unpack_from(self.data, pos)
         start = pos + 4
         if n < 0 or start + n > self.end:
-            raise WireError("truncated", f"{_render(utf8_path) or 'string'}: length {n} out of range "
-                            f"({self.end - start} bytes left)")
+            self.bad_length(n, start, utf8_path)
         if utf8_path is not None:
-            try:
-                self.data[start:start + n].decode("utf-8")
-            except UnicodeDecodeError:
-                raise WireError("bad_utf8", f"{_render(utf8_path)}: invalid UTF-8") from None
+            self.utf8_check(start, start + n, utf8_path)
         return start + n
+
+    def bad_length(self, n: int, start: int, utf8_path: Any) -> None:
+        raise WireError("truncated", f"{_render(utf8_path) or 'string'}: length {n} out of range "
+                        f"({self.end - start} bytes left)")
+
+    def utf8_check(self, start: int, stop: int, path: Any) -> None:
+        """Decode data[start:stop] unless no byte of it is non-ASCII."""
+        if self.high < start:
+            self.high = self.next_non_ascii(start)
+        if self.high >= stop:
+            return
+        try:
+            self.data[start:stop].decode("utf-8")
+        except UnicodeDecodeError:
+            raise WireError("bad_utf8", f"{_render(path)}: invalid UTF-8") from None
+
+    def next_non_ascii(self, pos: int) -> int:
+        """The offset of the first byte >= 0x80 at or after `pos`, else the end. The frame is
+        mapped to 0/1 marks once (one C pass) so each lookup is a memchr."""
+        if self.marks is None:
+            self.marks = self.data.translate(_MARKS)
+        found = self.marks.find(1, pos)
+        return self.end if found < 0 else found
 
     def sequence(self, pos: int, extra: Any, depth: int, path: Any) -> int:
         etype = self.data[pos]
@@ -184,9 +249,12 @@ class _Walk:
         self.count(pos + 5, n, (etype,), depth, path)
         pos += 5
         ktype, kextra = known if known is not None else (etype, None)
-        if ktype == 12 and known is not None:  # a list of IDL structs (acks, jobs): no dispatch
+        if ktype == 12 and known is not None and n:  # a list of IDL structs (acks, jobs)
+            if depth <= 1:
+                raise WireError("too_deep", f"nested deeper than {self.limits.max_depth} levels")
+            spec, fields = _fields(kextra), self.fields
             for i in range(n):
-                pos = self.struct(pos, kextra, depth - 1, (path, i))
+                pos = fields(pos, spec, depth - 1, (path, i))
             return pos
         for i in range(n):
             pos = self.value(pos, ktype, kextra, depth - 1,

@@ -106,6 +106,24 @@ def test_invalid_utf8_in_a_string_field_is_named_by_its_path():
         "bad_utf8", "request.jobs[1].customStatus: invalid UTF-8")
 
 
+@pytest.mark.parametrize("bad", [b"ok\x80", b"\x80ok"])
+@pytest.mark.parametrize("before", [b"", b"\xff\xfe", "é".encode()])
+def test_invalid_utf8_is_found_wherever_the_frame_has_other_non_ascii_bytes(before, bad):
+    """Strings of an ASCII stretch are not decoded: a non-ASCII byte elsewhere (a binary body,
+    a valid multi-byte string) must not hide a bad string or flag a good one."""
+    body = field(STRING, 1, string(before))  # binary: any bytes
+    good = struct_(body, field(STRING, 5, string("ok " * 50)))
+    jobs = [good] * 3 + [struct_(body, field(STRING, 5, string(bad)))] + [good]
+    data = struct_(context(), request(field(STRING, 1, string("q")),
+                                      field(LIST, 2, list_(STRUCT, jobs))))
+    with pytest.raises(WireError) as info:
+        check_args(data, 0, ENQ)
+    assert str(info.value) == "request.jobs[3].customStatus: invalid UTF-8"
+    fine = struct_(context("sourcé"), request(field(STRING, 1, string("q")),
+                                              field(LIST, 2, list_(STRUCT, [good] * 5))))
+    assert check_args(fine, 0, ENQ) == len(fine)
+
+
 def test_binary_fields_and_unknown_fields_may_hold_any_bytes():
     body = field(STRING, 1, string(b"\xff\xfe\x00"))  # PinLaterJob.body is binary
     data = struct_(request(field(STRING, 1, string("q")), field(LIST, 2, list_(
