@@ -37,7 +37,9 @@ def storage(kind: str, tmp: Path, fsync: str):
         yield {"kind": "sqlite", "data_dir": str(tmp / "sqlite"), "shards": [{"name": "1"}]}, None
     elif kind == "redis":
         from tests.support.redis_env import running_server
-        with running_server(tmp / "redis", appendfsync=fsync) as server:
+        # the shipped queue-shard config (AOF, noeviction, index encoding), with this fsync
+        with running_server(tmp / "redis", config_file=ROOT / "configs" / "redis-queue.conf",
+                            extra=["--appendfsync", fsync]) as server:
             yield {"kind": "redis", "shards": [server.shard("r1")]}, server.proc.pid
     elif kind == "mysql":
         from tests.support.mysql_env import running_server
