@@ -18,6 +18,8 @@ _DESCRIPTOR = re.compile(
     rf"({QUEUE_NAME_PATTERN}):s({SHARD_NAME_PATTERN}):p([0-9]{{1,3}}):([0-9]{{1,19}})",
     re.ASCII,
 )
+_PREFIX = re.compile(
+    rf"({QUEUE_NAME_PATTERN}):s({SHARD_NAME_PATTERN}):p([0-9]{{1,3}})", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,14 +46,34 @@ class JobDescriptor:
 
 
 def split_plain(text: object) -> tuple[str, str, int, int] | None:
-    """(queue, shard, priority, local id) of a well-formed descriptor, else None: the hot
-    path's parse (acks, checkpoints) that builds no object and no error message. Accepts
-    exactly what `JobDescriptor.parse` accepts; callers use `parse` for the error."""
-    match = _DESCRIPTOR.fullmatch(text) if type(text) is str else None
+    """(queue, shard, priority, local id) of a well-formed descriptor, else None: a parse that
+    builds no object and no error message. Accepts exactly what `JobDescriptor.parse` accepts;
+    callers use `parse` for the error."""
+    split = split_local_id(text)
+    if split is None:
+        return None
+    where = split_prefix(split[0])
+    return None if where is None else (*where, split[1])
+
+
+def split_local_id(text: object) -> tuple[str, int] | None:
+    """(`QUEUE:sSHARD:pPRIORITY` prefix, local id) of a descriptor whose local id part is
+    well-formed, else None; the prefix is unchecked (see `split_prefix`). The hot path's half
+    of `split_plain` (acks): one request's descriptors mostly share their prefix, so callers
+    check each distinct prefix once. A local id has no ':', so the last ':' ends the prefix."""
+    if type(text) is not str:
+        return None
+    prefix, _, local = text.rpartition(":")
+    if not (local.isascii() and local.isdigit()) or len(local) > 19:
+        return None
+    local_id = int(local)
+    return None if local_id > MAX_LOCAL_ID else (prefix, local_id)
+
+
+def split_prefix(prefix: str) -> tuple[str, str, int] | None:
+    """(queue, shard, priority) of a well-formed `QUEUE:sSHARD:pPRIORITY`, else None."""
+    match = _PREFIX.fullmatch(prefix)
     if match is None:
         return None
-    queue, shard, priority, local_id = match.groups()
-    local_id = int(local_id)
-    if local_id > MAX_LOCAL_ID:
-        return None
-    return queue, shard, int(priority), local_id
+    queue, shard, priority = match.groups()
+    return queue, shard, int(priority)

@@ -20,7 +20,7 @@ from pinlater.errors import (
     EnqueueRejected, InvalidRequest, PasswordInvalid, PinLaterError,
 )
 from pinlater.idl import pinlater_thrift as wire
-from pinlater.job_descriptor import JobDescriptor, split_plain
+from pinlater.job_descriptor import JobDescriptor, split_local_id, split_prefix
 from pinlater.models import Ack, Checkpoint, ClaimMatch, JobRecord, NewJob
 from pinlater.passwords import verify_password
 from pinlater.sharded import CONTINUATION_START, ShardedBackend
@@ -331,35 +331,13 @@ class PinLaterHandler:
         if infos is None:
             return []
         acks = []
-        matches: dict[str | None, ClaimMatch] = {}  # one dequeue's jobs share one claim
+        plain = _PlainAcks(queue, source, self.levels)
         for i, info in enumerate(self._list(infos, field)):
-            ack = self._plain_ack(queue, info, source, matches)
+            ack = plain.convert(info)
             if ack is None:  # something unusual: the checked path names the field or raises
                 ack = self._checked_ack(queue, info, source, f"{field}[{i}]")
             acks.append(ack)
         return acks
-
-    def _plain_ack(self, queue: str, info, source: str,
-                   matches: dict[str | None, ClaimMatch]) -> tuple[str, Ack] | None:
-        """The common ack (well-formed descriptor of `queue` at a configured priority, plain
-        field types) converted without building error texts or re-validating `queue`, which
-        the request already named; None sends the ack through `_checked_ack` instead."""
-        if info is None:
-            return None
-        parts = split_plain(info.jobDescriptor)
-        if parts is None or parts[0] != queue or not 1 <= parts[2] <= self.levels:
-            return None
-        claim, status, delay = info.claimDescriptor, info.appendCustomStatus, info.retryDelayMillis
-        if not ((claim is None or type(claim) is str)
-                and (status is None or type(status) is str)
-                and (delay is None or type(delay) is int)):
-            return None
-        match = matches.get(claim or None)
-        if match is None:
-            match = matches[claim or None] = ClaimMatch(source=source, claim=claim or None)
-        return parts[1], Ack(priority=parts[2], local_id=parts[3], match=match,
-                             append_status=status or "",
-                             retry_delay_ms=0 if delay is None else check.clamp_delay_ms(delay))
 
     def _checked_ack(self, queue: str, info, source: str, where: str) -> tuple[str, Ack]:
         if info is None:
@@ -413,6 +391,52 @@ class PinLaterHandler:
     def _body_filter(self, pattern):
         return compile_body_filter(pattern, max_length=self.limits.max_regex_length,
                                    timeout_seconds=self.limits.regex_timeout_seconds)
+
+
+class _PlainAcks:
+    """Converts the common ack of one request list (well-formed descriptor of `queue` at a
+    configured priority, plain field types) without building error texts or re-validating
+    `queue`, which the request already named; `convert` returns None to send an ack through
+    `_checked_ack` instead. Per request state: one dequeue's jobs share one descriptor prefix
+    (checked once) and one claim (one ClaimMatch)."""
+
+    __slots__ = ("queue", "source", "levels", "prefixes", "matches")
+
+    def __init__(self, queue: str, source: str, levels: int):
+        self.queue, self.source, self.levels = queue, source, levels
+        self.prefixes: dict[str, tuple[str, int] | None] = {}
+        self.matches: dict[str | None, ClaimMatch] = {}
+
+    def convert(self, info) -> tuple[str, Ack] | None:
+        if info is None:
+            return None
+        split = split_local_id(info.jobDescriptor)
+        if split is None:
+            return None
+        prefix, local_id = split
+        where = self.prefixes.get(prefix, False)
+        if where is False:
+            where = self.prefixes[prefix] = self._where(prefix)
+        claim, status, delay = info.claimDescriptor, info.appendCustomStatus, info.retryDelayMillis
+        if where is None or not ((claim is None or type(claim) is str)
+                                 and (status is None or type(status) is str)
+                                 and (delay is None or type(delay) is int)):
+            return None
+        match = self.matches.get(claim or None)
+        if match is None:
+            match = self.matches[claim or None] = ClaimMatch(source=self.source,
+                                                             claim=claim or None)
+        # positional arguments: a little cheaper than keywords, once per ack
+        return where[0], Ack(where[1], local_id, match, status or "",
+                             check.clamp_delay_ms(delay) if delay else 0)
+
+    def _where(self, prefix: str) -> tuple[str, int] | None:
+        """(shard, priority) of a prefix naming this queue at a configured priority, else
+        None."""
+        parts = split_prefix(prefix)
+        if parts is None or parts[0] != self.queue or not 1 <= parts[2] <= self.levels:
+            return None
+        return parts[1], parts[2]
 
 
 def _fill_dequeue_response(response, jobs) -> None:

@@ -1,0 +1,41 @@
+"""pinlater.job_descriptor: the hot path's split accepts exactly what JobDescriptor.parse does."""
+
+from __future__ import annotations
+
+import pytest
+
+from pinlater.errors import InvalidRequest
+from pinlater.job_descriptor import JobDescriptor, split_local_id, split_plain, split_prefix
+
+TEXTS = [
+    "q:sr1:p1:100", "a_B9:sX9:p123:0", "q:s" + "a" * 32 + ":p1:1", "q:s" + "a" * 33 + ":p1:1",
+    "q:sr1:p1234:1", "q:sr1:p:1", "q:sr1:p1:", "q:sr1:p1:9223372036854775807",
+    "q:sr1:p1:9223372036854775808", "q:sr1:p1:" + "0" * 18 + "7", "q:sr1:p1:" + "0" * 19 + "7",
+    "q:sr1:p1:1:2", "q:sr1:p1:+1", "q:sr1:p1:-1", "q:sr1:p1: 1", "q:sr1:p1:1\n", "q:sr1:p1:1_0",
+    "q:sr1:p1:١٢", "q:sr1:p1:²", "q:sr1:p١:1", "é:sr1:p1:1", "q:sé:p1:1", ":sr1:p1:1", "q:r1:p1:1",
+    "q:sr1:1:1", "q:s:p1:1", "q:sr_1:p1:1", "q::sr1:p1:1", "q:sr1:p1::1", "", ":", "1", "q:sr1",
+    "q-x:sr1:p1:1", "q:sr1:p01:00",
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_split_plain_accepts_exactly_what_parse_accepts(text):
+    try:
+        parsed = JobDescriptor.parse(text)
+    except InvalidRequest:
+        assert split_plain(text) is None
+        return
+    assert split_plain(text) == (parsed.queue, parsed.shard, parsed.priority, parsed.local_id)
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_split_plain_is_the_local_id_split_then_the_prefix_split(text):
+    split = split_local_id(text)
+    where = None if split is None else split_prefix(split[0])
+    assert split_plain(text) == (None if where is None else (*where, split[1]))
+
+
+@pytest.mark.parametrize("value", [None, b"q:sr1:p1:1", 5, ["q:sr1:p1:1"]])
+def test_non_strings_are_not_split(value):
+    assert split_local_id(value) is None
+    assert split_plain(value) is None
