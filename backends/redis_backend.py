@@ -142,6 +142,7 @@ class RedisShard(Shard):
     def __init__(self, spec: RedisShardSpec, limits: StorageLimits,
                  pool: redis.ConnectionPool, release):
         super().__init__(spec, limits)
+        self._pool = pool
         self._client = redis.Redis(connection_pool=pool)
         self._scripts = Scripts(self._client)
         self._registry = keys.registry_key(spec.name)
@@ -179,7 +180,28 @@ class RedisShard(Shard):
 
     def _run(self, script: redis.commands.core.Script, queue: str, args: list) -> Any:
         with self._errors(queue):
-            return script(keys=[self._registry], args=args)
+            try:
+                return self._evalsha(script.sha, args)
+            except redis.exceptions.NoScriptError:  # Redis restarted or SCRIPT FLUSH
+                script.sha = self._client.script_load(script.script)
+                return self._evalsha(script.sha, args)
+
+    def _evalsha(self, sha: str, args: list) -> Any:
+        """One EVALSHA on a pooled connection, without redis-py's per-command layers (retry
+        wrapper, response callbacks, observability), which cost about 40 us a call here. As
+        redis-py does, a connection that failed mid-call is disconnected before it goes back
+        to the pool, so no half-read reply can reach the next caller."""
+        conn = self._pool.get_connection()
+        try:
+            conn.send_command("EVALSHA", sha, 1, self._registry, *args)
+            return conn.read_response()
+        except redis.exceptions.ResponseError:
+            raise  # a complete error reply: the connection is in step
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            self._pool.release(conn)
 
     def _prefix(self, queue: str) -> str:
         return keys.queue_prefix(self.name, queue)
