@@ -441,15 +441,20 @@ class _PlainAcks:
 
 def _fill_dequeue_response(response, jobs) -> None:
     """Bodies and metadata keyed by descriptor text (formatted once per job: this runs for
-    every job handed out)."""
+    every job handed out). Jobs with equal metadata share one struct (one dequeue's jobs
+    mostly do: same claim, same attempts); the reply is only encoded, never changed."""
     bodies, metadata = {}, {}
+    shared: dict[tuple, object] = {}
     meta = wire.PinLaterDequeueMetadata
     for d, job in jobs:
         text = str(d)
         bodies[text] = job.body
-        metadata[text] = meta(attemptsAllowed=job.attempts_allowed,
-                              attemptsRemaining=job.attempts_remaining,
-                              claimDescriptor=job.claim)
+        key = (job.attempts_allowed, job.attempts_remaining, job.claim)
+        info = shared.get(key)
+        if info is None:
+            info = shared[key] = meta(attemptsAllowed=key[0], attemptsRemaining=key[1],
+                                      claimDescriptor=key[2])
+        metadata[text] = info
     response.jobs, response.jobMetadata = bodies, metadata
 
 
