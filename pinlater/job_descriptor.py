@@ -45,6 +45,24 @@ class JobDescriptor:
         return cls(queue, shard, int(priority), int(local_id))
 
 
+_NEW = object.__new__
+_SET_QUEUE, _SET_SHARD, _SET_PRIORITY, _SET_LOCAL_ID = (
+    JobDescriptor.queue.__set__, JobDescriptor.shard.__set__, JobDescriptor.priority.__set__,
+    JobDescriptor.local_id.__set__)
+
+
+def descriptor(queue: str, shard: str, priority: int, local_id: int) -> JobDescriptor:
+    """`JobDescriptor(queue, shard, priority, local_id)` of already valid parts, built by
+    setting its slots directly: the frozen dataclass `__init__` goes through
+    `object.__setattr__` per field, ~40% slower, and a dequeue builds one per job handed out."""
+    d = _NEW(JobDescriptor)
+    _SET_QUEUE(d, queue)
+    _SET_SHARD(d, shard)
+    _SET_PRIORITY(d, priority)
+    _SET_LOCAL_ID(d, local_id)
+    return d
+
+
 def split_plain(text: object) -> tuple[str, str, int, int] | None:
     """(queue, shard, priority, local id) of a well-formed descriptor, else None: a parse that
     builds no object and no error message. Accepts exactly what `JobDescriptor.parse` accepts;

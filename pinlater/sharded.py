@@ -26,7 +26,7 @@ from pinlater.errors import (
     ShardConnectionFailed, ShardError, StorageFull,
 )
 from pinlater.health import ShardHealth
-from pinlater.job_descriptor import MAX_LOCAL_ID, JobDescriptor
+from pinlater.job_descriptor import MAX_LOCAL_ID, JobDescriptor, descriptor
 from pinlater.models import (
     Ack, Checkpoint, DequeuedJob, JobRecord, JobState, NewJob, ScanBound,
 )
@@ -259,8 +259,8 @@ class ShardedBackend:
                 except ShardConnectionFailed as exc:
                     failure = exc
                     continue
-                got.extend((JobDescriptor(queue, name, job.priority, job.local_id), job)
-                           for job in jobs)
+                got += [(descriptor(queue, name, job.priority, job.local_id), job)
+                        for job in jobs]
             if len(missing) == len(healthy) and not got:
                 raise QueueNotFound(queue)
         if not got and failure is not None and not any(

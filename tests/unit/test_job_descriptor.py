@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pinlater.errors import InvalidRequest
-from pinlater.job_descriptor import JobDescriptor, split_local_id, split_plain, split_prefix
+from pinlater.job_descriptor import (
+    JobDescriptor, descriptor, split_local_id, split_plain, split_prefix,
+)
 
 TEXTS = [
     "q:sr1:p1:100", "a_B9:sX9:p123:0", "q:s" + "a" * 32 + ":p1:1", "q:s" + "a" * 33 + ":p1:1",
@@ -39,3 +41,19 @@ def test_split_plain_is_the_local_id_split_then_the_prefix_split(text):
 def test_non_strings_are_not_split(value):
     assert split_local_id(value) is None
     assert split_plain(value) is None
+
+
+def test_descriptor_builds_the_same_frozen_value_as_the_dataclass():
+    built = descriptor("q", "r1", 2, 77)
+    assert type(built) is JobDescriptor
+    assert built == JobDescriptor("q", "r1", 2, 77)
+    assert hash(built) == hash(JobDescriptor("q", "r1", 2, 77))
+    assert repr(built) == repr(JobDescriptor("q", "r1", 2, 77))
+    assert str(built) == "q:sr1:p2:77"
+    with pytest.raises(AttributeError):
+        built.queue = "other"  # type: ignore[misc]
+
+
+def test_descriptor_sets_every_field():
+    """A field added to JobDescriptor must be added to `descriptor` too."""
+    assert JobDescriptor.__slots__ == ("queue", "shard", "priority", "local_id")
