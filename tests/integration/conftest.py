@@ -1,6 +1,7 @@
 """Fixtures for the server integration tests.
 
-`inproc_server` runs the real accept loop and connection code (pinlater.server_loop) on a real
+`admin_server` is one `pinlater-server` process per test module (SQLite, janitor off, deleteQueue
+allowed with ADMIN_PASSWORD). `inproc_server` runs the real accept loop and connection code (pinlater.server_loop) on a real
 loopback socket inside the test process, in front of a small stand-in handler, for protocol
 tests that need a handler that misbehaves on purpose (raises undeclared exceptions, blocks).
 Tests of the whole process (real App, SQLite, signals) use tests.support.server_process.
@@ -21,6 +22,7 @@ from pinlater.idl import PinLater, PinLaterException, pinlater_thrift
 from pinlater.server import bind
 from pinlater.server_loop import Server
 from pinlater.transport import Dispatcher
+from tests.support.server_process import ServerProcess, admin_config
 
 
 class StubHandler:
@@ -87,4 +89,11 @@ def run_inproc(handler: Any = None, **settings: Any) -> Iterator[RunningServer]:
 @pytest.fixture
 def inproc_server() -> Iterator[RunningServer]:
     with run_inproc() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def admin_server(request, tmp_path_factory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    with ServerProcess(admin_config(), tmp) as running:
         yield running

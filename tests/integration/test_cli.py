@@ -12,19 +12,14 @@ import sys
 import pytest
 
 from pinlater.cli import EXIT_OK, EXIT_SERVER, main
-from pinlater.passwords import hash_password
-from tests.support.server_process import REPO_ROOT, ServerProcess
+from tests.support.server_process import ADMIN_PASSWORD, REPO_ROOT
 
-ADMIN_PASSWORD = "cli-admin"
-CONFIG = {"janitor": {"enabled": False},
-          "admin": {"password_hash": hash_password(ADMIN_PASSWORD, iterations=1000)}}
 _names = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with ServerProcess(CONFIG, tmp_path_factory.mktemp("cli_server")) as running:
-        yield running
+@pytest.fixture
+def server(admin_server):
+    return admin_server
 
 
 @pytest.fixture

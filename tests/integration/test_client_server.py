@@ -7,22 +7,18 @@ import itertools
 import pytest
 
 from pinlater.errors import PasswordInvalid, QueueNotFound
-from pinlater.passwords import hash_password
-from tests.support.server_process import ServerProcess
+from tests.support.server_process import ADMIN_PASSWORD, ServerProcess, admin_config
 from worker_sdk import (
     AckInfo, Acks, CheckpointRequest, Job, JobState, PinLaterClient, PinLaterTransportError,
 )
 
-ADMIN_PASSWORD = "integration-admin"
-CONFIG = {"janitor": {"enabled": False},
-          "admin": {"password_hash": hash_password(ADMIN_PASSWORD, iterations=1000)}}
+CONFIG = admin_config()
 _names = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with ServerProcess(CONFIG, tmp_path_factory.mktemp("client_server")) as running:
-        yield running
+@pytest.fixture
+def server(admin_server):
+    return admin_server
 
 
 @pytest.fixture

@@ -40,6 +40,16 @@ from thriftpy2.transport import TFramedTransportFactory, TMemoryBuffer
 from tests.support.storage_process import free_port  # noqa: F401 (tests import it from here)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: the deleteQueue password of servers started with ADMIN_CONFIG
+ADMIN_PASSWORD = "integration-admin"
+
+
+def admin_config() -> dict[str, Any]:
+    """Server config for tests: janitor off, deleteQueue allowed with ADMIN_PASSWORD."""
+    from pinlater.passwords import hash_password
+
+    return {"janitor": {"enabled": False},
+            "admin": {"password_hash": hash_password(ADMIN_PASSWORD, iterations=1000)}}
 LISTENING_RE = re.compile(r"listening on (\S+):(\d+)")
 
 
