@@ -201,7 +201,9 @@ class Dispatcher:
                  on_reject: Callable[[str, str], None] | None = None):
         self._service = service
         self._handler = handler
-        self._methods = frozenset(service.thrift_services)
+        #: method name -> (args class, result class, argument names in IDL order), looked up
+        #: once instead of per request
+        self._methods = {name: _method_classes(service, name) for name in service.thrift_services}
         self._wire_limits = wire_limits
         self._on_reject = on_reject
 
@@ -216,12 +218,14 @@ class Dispatcher:
             raise MalformedRequest(f"unreadable message header: {exc}") from None
         if msg_type not in (TMessageType.CALL, TMessageType.ONEWAY):
             raise MalformedRequest(f"message type {msg_type} is not a call")
-        if name not in self._methods:
+        method = self._methods.get(name)
+        if method is None:
             return name, encode_exception(name, seqid, TApplicationException(
                 TApplicationException.UNKNOWN_METHOD, f"Unknown method {name!r}"))
-        args = getattr(self._service, name + "_args")()
+        args_cls, result_cls, arg_names = method
+        args = args_cls()
         try:
-            check_args(payload, _args_offset(payload), type(args), self._wire_limits)
+            check_args(payload, _args_offset(payload), args_cls, self._wire_limits)
             args.read(iprot)
         except Exception as exc:  # noqa: BLE001 - the frame is intact, so answer and go on
             reason = exc.reason if isinstance(exc, WireError) else "decode_error"
@@ -230,13 +234,13 @@ class Dispatcher:
                 self._on_reject(reason, detail)
             return name, encode_exception(name, seqid, TApplicationException(
                 TApplicationException.PROTOCOL_ERROR, detail))
-        return name, self._call(name, seqid, args)
+        return name, self._call(name, seqid, args, result_cls(), arg_names)
 
-    def _call(self, name: str, seqid: int, args: Any) -> bytes:
-        result = getattr(self._service, name + "_result")()
+    def _call(self, name: str, seqid: int, args: Any, result: Any,
+              arg_names: tuple[str, ...]) -> bytes:
+        values = args.__dict__
         try:
-            result.success = getattr(self._handler, name)(
-                *(args.__dict__[spec[1]] for spec in args.thrift_spec.values()))
+            result.success = getattr(self._handler, name)(*[values[n] for n in arg_names])
         except TApplicationException as exc:
             return encode_exception(name, seqid, exc)
         except Exception as exc:  # noqa: BLE001 - translated to a reply, never a dropped socket
@@ -248,6 +252,12 @@ class Dispatcher:
         except Exception:  # noqa: BLE001 - e.g. the handler returned a value of the wrong type
             log.exception("cannot encode the reply of %s", name)
             return _internal_error(name, seqid, f"cannot encode the reply of {name}")
+
+
+def _method_classes(service: Any, name: str) -> tuple[Any, Any, tuple[str, ...]]:
+    args_cls = getattr(service, name + "_args")
+    return (args_cls, getattr(service, name + "_result"),
+            tuple(spec[1] for spec in args_cls.thrift_spec.values()))
 
 
 def _args_offset(payload: bytes) -> int:
