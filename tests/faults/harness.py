@@ -141,6 +141,17 @@ class Rig:
     def addresses(self) -> list[str]:
         return [f"127.0.0.1:{s.port}" for s in self.servers]
 
+    def start_seeded(self, jobs: int, *, baseline: bool = True) -> ServerProcess:
+        """The usual opening of a scenario: a server, the queue, `jobs` enqueued at once and
+        (with `baseline`) the warmed-up resource figures."""
+        server = self.start_server()
+        self.create_queue()
+        if jobs:
+            self.enqueue(jobs)
+        if baseline:
+            self.baseline(server)
+        return server
+
     def create_queue(self) -> None:
         client = self.client("setup")
         client.create_queue(self.queue)

@@ -41,10 +41,7 @@ def test_f1_server_killed_during_enqueue_stream_loses_no_accepted_job(make_rig, 
 @pytest.mark.parametrize("kind", KINDS)
 def test_f2_server_killed_with_dequeue_replies_in_flight_jobs_return_after_lease(make_rig, kind):
     rig = make_rig("F2", kind)
-    server = rig.start_server()
-    rig.create_queue()
-    rig.enqueue(200)
-    rig.baseline(server)
+    server = rig.start_seeded(200)
     with FaultProxy(("127.0.0.1", server.port), name="clients") as proxy:
         for i in range(2):
             rig.spawn_worker(f"w{i + 1}", servers=proxy.address, limit=10)
@@ -73,10 +70,7 @@ def test_f2_server_killed_with_dequeue_replies_in_flight_jobs_return_after_lease
 @pytest.mark.parametrize("kind", KINDS)
 def test_f3_server_killed_between_work_and_ack_job_is_redelivered(make_rig, kind):
     rig = make_rig("F3", kind)
-    server = rig.start_server()
-    rig.create_queue()
-    rig.enqueue(60)
-    rig.baseline(server)
+    server = rig.start_seeded(60)
     gate = rig.tmp / "ack-gate"
     worker = rig.spawn_worker("w1", limit=5, work_seconds=0.05, gate=gate)
     rig.wait_for(lambda: any(r["op"] == "worked" for r in worker.records()), 20,
@@ -97,9 +91,7 @@ def test_f3_server_killed_between_work_and_ack_job_is_redelivered(make_rig, kind
 @pytest.mark.parametrize("kind", KINDS)
 def test_f10_full_restart_then_drain_counts_reconcile(make_rig, kind):
     rig = make_rig("F10", kind)
-    server = rig.start_server()
-    rig.create_queue()
-    rig.enqueue(100)
+    server = rig.start_seeded(100, baseline=False)
     for i in range(2):
         rig.spawn_worker(f"w{i + 1}", limit=5, work_seconds=0.05)
     with rig.producers(1, pause=0.02):

@@ -91,10 +91,7 @@ def test_f6_resets_and_cut_replies_between_server_and_shard_lose_nothing(make_ri
 def test_f7_blackholed_shard_enqueues_go_elsewhere_or_fail_fast_threads_bounded(make_rig,
                                                                                kind):
     rig = make_rig("F7", kind, proxied=True)
-    server = rig.start_server()
-    rig.create_queue()
-    rig.enqueue(50)
-    rig.baseline(server)
+    server = rig.start_seeded(50)
     rig.spawn_worker("w1", limit=5, work_seconds=0.01)
     with rig.producers(2) as producers, rig.watch_resources(server):
         rig.wait_for(lambda: rig.ok_enqueues() >= 150, 20, "enqueues before the blackhole")

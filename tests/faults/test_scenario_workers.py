@@ -15,10 +15,7 @@ from worker_sdk.models import JobState
 @pytest.mark.parametrize("kind", KINDS)
 def test_f4_worker_killed_mid_job_its_jobs_come_back_after_the_claim(make_rig, kind):
     rig = make_rig("F4-kill", kind)
-    server = rig.start_server()
-    rig.create_queue()
-    rig.enqueue(40)
-    rig.baseline(server)
+    server = rig.start_seeded(40)
     doomed = rig.spawn_worker("doomed", limit=5, work_seconds=30)
     rig.wait_for(lambda: len(_delivered(doomed)) == 5, 20, "the doomed worker's jobs")
     doomed.kill()
@@ -36,10 +33,7 @@ def test_f4_worker_killed_mid_job_its_jobs_come_back_after_the_claim(make_rig, k
 @pytest.mark.parametrize("kind", KINDS)
 def test_f4_worker_paused_past_its_claim_late_ack_is_fenced(make_rig, kind):
     rig = make_rig("F4-stop", kind)
-    server = rig.start_server()
-    rig.create_queue()
-    rig.enqueue(20)
-    rig.baseline(server)
+    server = rig.start_seeded(20)
     sleeper = rig.spawn_worker("sleeper", limit=3, work_seconds=1.0)
     rig.wait_for(lambda: len(_delivered(sleeper)) == 3, 20, "the sleeper's jobs")
     sleeper.signal(signal.SIGSTOP)  # inside its 1 s of "work", before it acks
