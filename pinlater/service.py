@@ -140,7 +140,8 @@ class PinLaterHandler:
         jobs = self._list(request.jobs, "jobs", EnqueueRejected)
         if not jobs:
             raise EnqueueRejected("jobs: must hold at least one job")
-        new_jobs = [self._new_job(job, f"jobs[{i}]") for i, job in enumerate(jobs)]
+        new_jobs = [self._plain_new_job(job) or self._new_job(job, f"jobs[{i}]")
+                    for i, job in enumerate(jobs)]
         descriptors = self.store.enqueue(queue, new_jobs)
         self.observer.on_jobs("enqueued", queue, len(descriptors))
         return wire.PinLaterEnqueueResponse(jobDescriptors=[str(d) for d in descriptors])
@@ -295,6 +296,29 @@ class PinLaterHandler:
             raise InvalidRequest(f"{field}: job {text!r} belongs to queue "
                                  f"{descriptor.queue!r}, not {queue!r}")
         return descriptor
+
+    def _plain_new_job(self, job) -> NewJob | None:
+        """The common job (bytes body within the cap, absent or plain in-range fields)
+        converted without building field names for error texts; None sends it through
+        `_new_job`, which gives the same NewJob or names the field that is wrong."""
+        if job is None:
+            return None
+        body, priority, attempts = job.body, job.priority, job.numAttemptsAllowed
+        run_after, status = job.runAfterTimestampMillis, job.customStatus
+        if (type(body) is not bytes or len(body) > self.limits.body_max_bytes
+                or not (priority is None or (type(priority) is int
+                                             and 1 <= priority <= self.levels))
+                or not (attempts is None or (type(attempts) is int
+                                             and 1 <= attempts <= self.limits.max_attempts))
+                or not (run_after is None or (type(run_after) is int
+                                              and 0 <= run_after <= check.MAX_TIMESTAMP_MS))
+                or not (status is None or type(status) is str)):
+            return None
+        return NewJob(body=body, priority=1 if priority is None else priority,
+                      run_after_ms=run_after,
+                      attempts_allowed=2 if attempts is None else attempts,
+                      custom_status="" if status is None
+                      else status[:self.limits.custom_status_max_chars])
 
     def _new_job(self, job, field: str) -> NewJob:
         if job is None:
