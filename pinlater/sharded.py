@@ -222,7 +222,7 @@ class ShardedBackend:
                 continue
             except StorageFull as exc:
                 raise EnqueueRejected(f"shard {name} refused the jobs: {exc}") from None
-            return [JobDescriptor(queue, name, job.priority, local_id)
+            return [descriptor(queue, name, job.priority, local_id)
                     for job, local_id in zip(jobs, ids)]
         if last is not None:
             raise last
