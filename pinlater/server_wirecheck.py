@@ -32,6 +32,8 @@ _I16 = struct.Struct("!h")
 #: a field's id and, for a string field, its length (one unpack for the commonest field)
 _FIELD_STRING = struct.Struct("!hi")
 _FIXED = {2: 1, 3: 1, 4: 8, 6: 2, 8: 4, 10: 8}
+#: a fixed-width field's bytes with its header (type, id)
+_FIELD_WIDTH = {ttype: 3 + size for ttype, size in _FIXED.items()}
 #: the smallest encoding of one value of each wire type (for the container-count check)
 _MIN_WIDTH = {**_FIXED, 11: 4, 12: 1, 13: 6, 14: 5, 15: 5}
 _NAMES = {2: "bool", 3: "byte", 4: "double", 6: "i16", 8: "i32", 10: "i64", 11: "string",
@@ -142,20 +144,22 @@ class _Walk:
         (nearly every field of a job or an ack) are stepped over inline: the field id is only
         looked up to name an error or to UTF-8-check a string of a non-ASCII frame."""
         data, end = self.data, self.end
+        high = self.high  # a stale copy is never above self.high (it only grows): safe
         while True:
             ftype = data[pos]
             if ftype == 11:
                 fid, n = _FIELD_STRING.unpack_from(data, pos + 1)
                 start = pos + 7
                 pos = start + n
-                if n < 0 or pos > end or pos > self.high:
+                if pos > high or n < 0:  # high <= end: this also catches pos > end
                     self.string_field(start, n, spec.get(fid), path)
+                    high = self.high
                 continue
-            size = _FIXED.get(ftype)
-            if size is not None:
-                pos += 3 + size
+            width = _FIELD_WIDTH.get(ftype)
+            if width is not None:
+                pos += width
                 if pos > end:
-                    self.fixed_truncated(pos - 3 - size, spec, path)
+                    self.fixed_truncated(pos - width, spec, path)
                 continue
             if ftype == 0:
                 return pos + 1
@@ -164,8 +168,10 @@ class _Walk:
             fspec = spec.get(fid)
             if fspec is not None and fspec[0] == ftype:
                 pos = self.value(pos, fspec[1], fspec[2], depth - 1, (path, fspec[3]))
+                high = self.high
             elif ftype in _MIN_WIDTH:  # unknown id or wrong type: thriftpy2 skips it
                 pos = self.value(pos, ftype, None, depth - 1, None)
+                high = self.high
             else:
                 raise WireError("bad_type", f"{_join(_render(path), f'field {fid}')}: invalid "
                                 f"type id {ftype}")
