@@ -115,6 +115,25 @@ class Ack:
     retry_delay_ms: int = 0
 
 
+_NEW = object.__new__
+_SET_ACK = tuple(getattr(Ack, name).__set__ for name in Ack.__slots__)
+
+
+def new_ack(priority: int, local_id: int, match: ClaimMatch, append_status: str,
+            retry_delay_ms: int) -> Ack:
+    """`Ack(...)` of already valid values, built by setting its slots directly: the frozen
+    dataclass `__init__` goes through `object.__setattr__` per field, ~40% slower, and an ack
+    request builds one per job."""
+    ack = _NEW(Ack)
+    set_priority, set_local_id, set_match, set_status, set_delay = _SET_ACK
+    set_priority(ack, priority)
+    set_local_id(ack, local_id)
+    set_match(ack, match)
+    set_status(ack, append_status)
+    set_delay(ack, retry_delay_ms)
+    return ack
+
+
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """One checkpoint of an in-progress job on a shard."""

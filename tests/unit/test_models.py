@@ -1,0 +1,29 @@
+"""pinlater.models: the fast Ack builder makes the same frozen value as the dataclass."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pinlater.models import Ack, ClaimMatch, new_ack
+
+
+def test_new_ack_builds_the_same_frozen_value_as_the_dataclass():
+    match = ClaimMatch(source="worker:1", claim="c")
+    built = new_ack(2, 77, match, "done", 1000)
+    expected = Ack(priority=2, local_id=77, match=match, append_status="done",
+                   retry_delay_ms=1000)
+    assert type(built) is Ack
+    assert built == expected
+    assert hash(built) == hash(expected)
+    assert repr(built) == repr(expected)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.local_id = 5  # type: ignore[misc]
+
+
+def test_new_ack_sets_every_field_in_order():
+    """A field added to or moved in Ack must be handled by `new_ack` too."""
+    assert Ack.__slots__ == ("priority", "local_id", "match", "append_status",
+                             "retry_delay_ms")
+    assert [f.name for f in dataclasses.fields(Ack)] == list(Ack.__slots__)
