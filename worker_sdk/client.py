@@ -17,8 +17,9 @@ Behaviour worth knowing (the reasons are in the module docstrings of pool.py and
   enqueue can store its jobs twice). Server errors are raised as their typed
   `pinlater.errors` class and not retried, except NO_HEALTHY_SHARDS and SHARD_CONNECTION_FAILED
   for idempotent calls.
-* Every call sends RequestContext(source, requestId): one fresh requestId per method call,
-  kept across its retries so server logs can tie the attempts together.
+* Every call sends RequestContext(source, requestId): one fresh requestId per method call
+  (this client's random 16-hex prefix plus a call counter: unique without a random draw per
+  call), kept across its retries so server logs can tie the attempts together.
 * `tls`: None (plain TCP), True (verify against the system CAs), a CA file path, or an
   ssl.SSLContext (e.g. pinlater.tls.client_context(ca, cert, key) for mutual TLS). The server's
   certificate and host name are always verified unless the context says otherwise. A TLS
@@ -27,6 +28,7 @@ Behaviour worth knowing (the reasons are in the module docstrings of pool.py and
 
 from __future__ import annotations
 
+import itertools
 import random
 import socket
 import ssl
@@ -96,6 +98,8 @@ class PinLaterClient:
         self._down_until: dict[Endpoint, float] = {}
         self._known: list[Endpoint] | None = None
         self._next = 0
+        self._request_prefix = uuid.uuid4().hex[:16]
+        self._request_ids = itertools.count(1)
 
     # ---- jobs ----
 
@@ -236,7 +240,8 @@ class PinLaterClient:
 
     def _call(self, api: str, *args, idempotent: bool = True):
         """Run one RPC with failover and retries; see the module docstring for the rules."""
-        context = wire.RequestContext(source=self.source, requestId=uuid.uuid4().hex)
+        context = wire.RequestContext(
+            source=self.source, requestId=f"{self._request_prefix}{next(self._request_ids):x}")
         tried: set[Endpoint] = set()
         error: Exception | None = None
         maybe_applied = False
@@ -304,9 +309,13 @@ class PinLaterClient:
             start = self._next
             self._next += 1
             down = self._down_until
-        ordered = [endpoints[(start + i) % len(endpoints)] for i in range(len(endpoints))]
-        for acceptable in (lambda e: e not in tried and down.get(e, 0) <= now,
-                           lambda e: e not in tried,
+        count = len(endpoints)
+        for i in range(count):  # the usual case: the next server in turn is fine
+            endpoint = endpoints[(start + i) % count]
+            if endpoint not in tried and down.get(endpoint, 0) <= now:
+                return endpoint
+        ordered = [endpoints[(start + i) % count] for i in range(count)]
+        for acceptable in (lambda e: e not in tried,
                            lambda e: down.get(e, 0) <= now):
             for endpoint in ordered:
                 if acceptable(endpoint):
