@@ -103,13 +103,25 @@ class Metrics:
             "pinlater_frames_rejected",
             "frames or connections refused before reaching the handler, by reason (fixed set: "
             "pinlater.server_loop.REJECT_REASONS)", ["reason"], registry=r)
+        #: (metric, label values) -> child, see `_child`
+        self._children: dict[tuple, object] = {}
+
+    def _child(self, metric, *values: str):
+        """`metric.labels(*values)`, remembered: labels() validates and takes a lock on every
+        call, and the request path records several per request. Bounded like the series
+        themselves (queue labels via QueueLabels, the rest from fixed sets)."""
+        key = (metric, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     # ---- record methods (names bounded by QueueLabels) ----
 
     def request(self, method: str, queue: object, outcome: str, seconds: float) -> None:
         label = self.queues.label(queue)
-        self.requests.labels(method, label, outcome).inc()
-        self.request_seconds.labels(method, label, outcome).observe(seconds)
+        self._child(self.requests, method, label, outcome).inc()
+        self._child(self.request_seconds, method, label, outcome).observe(seconds)
 
     def jobs(self, event: str, queue: str, count: int) -> None:
         """Count `count` jobs of `event` (enqueued, dequeued, acked_succeeded, acked_failed,
@@ -118,11 +130,11 @@ class Metrics:
             return
         label = self.queues.label(queue)
         if event == "acked_succeeded":
-            self.acks.labels(label, "succeeded").inc(count)
+            self._child(self.acks, label, "succeeded").inc(count)
         elif event == "acked_failed":
-            self.acks.labels(label, "failed").inc(count)
+            self._child(self.acks, label, "failed").inc(count)
         else:
-            getattr(self, f"jobs_{event}").labels(label).inc(count)
+            self._child(getattr(self, f"jobs_{event}"), label).inc(count)
 
     def janitor_queue(self, queue: str, reclaimed_pending: int, reclaimed_failed: int,
                       purged_succeeded: int, purged_failed: int) -> None:
@@ -136,13 +148,13 @@ class Metrics:
                 counter.labels(label, extra).inc(value)
 
     def dequeue_refused(self, queue: str, reason: str) -> None:
-        self.rate_limited.labels(self.queues.label(queue), reason).inc()
+        self._child(self.rate_limited, self.queues.label(queue), reason).inc()
 
     def frame_rejected(self, reason: str) -> None:
-        self.frames_rejected.labels(reason).inc()
+        self._child(self.frames_rejected, reason).inc()
 
     def shard_call(self, shard: str, seconds: float, ok: bool) -> None:
-        self.shard_seconds.labels(shard, "ok" if ok else "error").observe(seconds)
+        self._child(self.shard_seconds, shard, "ok" if ok else "error").observe(seconds)
 
 
 class GaugeCollector(Collector):

@@ -62,6 +62,8 @@ class RequestLog:
 
     def record(self, method: str, context: object, queue: object, outcome: str,
                seconds: float, message: str = "") -> None:
+        if outcome == "ok" and not self._log.isEnabledFor(logging.DEBUG):
+            return  # the common case: nothing to log, so build nothing (uuid4 is a syscall)
         source = _shown(getattr(context, "source", None))
         request_id = getattr(context, "requestId", None) or uuid.uuid4().hex[:12]
         peer = current_peer()
@@ -69,8 +71,7 @@ class RequestLog:
                   f"method={method} queue={_shown(queue) if queue is not None else '-'} "
                   f"outcome={outcome}")
         if outcome == "ok":
-            if self._log.isEnabledFor(logging.DEBUG):
-                self._log.debug("%s ms=%.1f", fields, seconds * 1000)
+            self._log.debug("%s ms=%.1f", fields, seconds * 1000)
             return
         suppressed = self._admit(_host(peer, source))
         if suppressed is None:

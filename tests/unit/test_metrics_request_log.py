@@ -86,3 +86,56 @@ def test_unknown_queue_names_share_one_label():
     assert queues == {"real", NO_QUEUE}
     metrics.queues.add("new_one")
     assert metrics.queues.label("new_one") == "new_one"
+
+
+def test_success_with_debug_off_logs_nothing_and_builds_no_request_id(caplog, monkeypatch):
+    caplog.set_level(logging.INFO, logger="pinlater.requests")
+    rlog = RequestLog(3, Clock())
+
+    def no_uuid():
+        raise AssertionError("a request id was generated for a line nobody logs")
+
+    monkeypatch.setattr(request_log.uuid, "uuid4", no_uuid)
+    rlog.record("getQueueNames", RequestContext(source="s"), None, "ok", 0.001)
+    assert caplog.records == []
+    assert rlog._peers == {}  # an ok outcome never spends a peer's warning budget
+
+
+def test_success_with_debug_on_still_gets_a_generated_request_id(caplog):
+    rlog, _ = make_log(caplog)
+    rlog.record("getQueueNames", RequestContext(source="s"), None, "ok", 0.001)
+    (line,) = caplog.records
+    request_id = line.getMessage().split("request_id=", 1)[1].split(" ", 1)[0]
+    assert len(request_id) == 12 and "outcome=ok" in line.getMessage()
+
+
+def _samples(metrics):
+    return sorted((s.name, tuple(sorted(s.labels.items())), s.value)
+                  for family in metrics.registry.collect() for s in family.samples
+                  if not s.name.endswith("_created"))
+
+
+def test_remembered_label_children_count_exactly_like_labels():
+    cached, plain = Metrics(), Metrics()
+    for m in (cached, plain):
+        m.queues.replace(["q"])
+    calls = [("q", "ok", 0.01), ("q", "ok", 0.3), ("other", "ok", 0.002),
+             ("q", "QUEUE_NOT_FOUND", 0.0)] * 3
+    for queue, outcome, seconds in calls:
+        cached.request("dequeueJobs", queue, outcome, seconds)
+        cached.jobs("acked_failed", queue, 2)
+        cached.jobs("enqueued", queue, 3)
+        cached.shard_call("s1", seconds, outcome == "ok")
+        cached.dequeue_refused(queue, "rate")
+        cached.frame_rejected("malformed")
+        label = plain.queues.label(queue)
+        plain.requests.labels("dequeueJobs", label, outcome).inc()
+        plain.request_seconds.labels("dequeueJobs", label, outcome).observe(seconds)
+        plain.acks.labels(label, "failed").inc(2)
+        plain.jobs_enqueued.labels(label).inc(3)
+        plain.shard_seconds.labels("s1", "ok" if outcome == "ok" else "error").observe(seconds)
+        plain.rate_limited.labels(label, "rate").inc()
+        plain.frames_rejected.labels("malformed").inc()
+    assert _samples(cached) == _samples(plain)
+    assert cached._child(cached.requests, "dequeueJobs", "q", "ok") is \
+        cached.requests.labels("dequeueJobs", "q", "ok")
