@@ -36,6 +36,7 @@ from pinlater.config import ServerConfig
 from pinlater.server_wirecheck import REASONS as WIRE_REASONS
 from pinlater.transport import (
     Dispatcher, FrameError, FrameReader, FrameTimeout, MalformedRequest, PeerClosed, frame,
+    set_timeout,
 )
 
 if TYPE_CHECKING:
@@ -274,7 +275,7 @@ class Connection:
             reply = self._dispatch(payload)
         else:
             reply = admission.serve(payload, lambda: self._dispatch(payload))
-        self.sock.settimeout(send_timeout)
+        set_timeout(self.sock, send_timeout)
         self.sock.sendall(frame(reply))
 
     def _dispatch(self, payload: bytes) -> bytes:

@@ -6,6 +6,9 @@ Two pieces, both free of threads and server state so they are easy to test:
   checked (1..max_frame_bytes) BEFORE anything is allocated, the first byte of a frame is awaited
   under the idle timeout, and the rest of the frame must arrive within one frame deadline (the
   slowloris bound). A bad length raises `FrameError`; the caller closes that connection only.
+  Socket timeouts are changed only when they differ (`set_timeout`: each change is a syscall):
+  the idle wait runs in steps of the frame timeout, which the server also sends under, so a
+  request that arrives in one piece changes no timeout at all.
 - `Dispatcher` turns one request frame into one reply frame: it decodes with thriftpy2's Cython
   binary protocol from memory, calls the handler method named in the message, and encodes the
   reply into memory. Because each request is decoded from and encoded into its own buffer, a
@@ -71,7 +74,7 @@ class FrameReader:
 
         Raises FrameError (bad length), FrameTimeout, PeerClosed or OSError.
         """
-        if not self._pending and not self._wait_first_bytes(idle_timeout):
+        if not self._pending and not self._wait_first_bytes(idle_timeout, frame_timeout):
             return None
         if self._on_frame_start is not None:
             self._on_frame_start()
@@ -88,12 +91,20 @@ class FrameReader:
             return frame
         return self._read_rest(size, deadline)
 
-    def _wait_first_bytes(self, idle_timeout: float) -> bool:
-        self._sock.settimeout(idle_timeout)
-        try:
-            chunk = self._sock.recv(_RECV_CHUNK)
-        except TimeoutError:
-            return False
+    def _wait_first_bytes(self, idle_timeout: float, step: float) -> bool:
+        """Wait up to `idle_timeout` for data, in waits of at most `step` (the frame timeout):
+        the socket usually has that timeout already, so no settimeout between requests."""
+        deadline = time.monotonic() + idle_timeout
+        wait = min(step, idle_timeout)
+        while True:
+            set_timeout(self._sock, wait)
+            try:
+                chunk = self._sock.recv(_RECV_CHUNK)
+                break
+            except TimeoutError:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    return False
         if not chunk:
             return False
         self._pending += chunk
@@ -120,7 +131,7 @@ class FrameReader:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise FrameTimeout("frame not complete within the frame read timeout")
-        self._sock.settimeout(remaining)
+        set_timeout(self._sock, remaining)
 
     @staticmethod
     def _recv(fn: Callable[[Any], Any], arg: Any) -> Any:
@@ -131,6 +142,13 @@ class FrameReader:
         if not got:
             raise PeerClosed("peer closed the connection inside a frame")
         return got
+
+
+def set_timeout(sock: socket.socket, seconds: float | None) -> None:
+    """`sock.settimeout(seconds)` unless it already has that timeout (gettimeout is free,
+    settimeout a syscall)."""
+    if sock.gettimeout() != seconds:
+        sock.settimeout(seconds)
 
 
 def describe_bad_length(size: int, header: bytes, max_frame_bytes: int) -> str:
