@@ -21,7 +21,7 @@ from typing import TextIO
 from pinlater.cli_format import dumps
 from pinlater.errors import PinLaterError
 from worker_sdk.client import PinLaterClient
-from worker_sdk.models import Acks, AckInfo, Job
+from worker_sdk.models import Acks, Job
 
 MAX_ERRORS_SHOWN = 5
 
@@ -221,11 +221,12 @@ def dequeue_worker(client: PinLaterClient, queue: str):
 
 
 def _decide(jobs, success_percent: int) -> Acks:
-    """Split dequeued jobs into success/failure acks (each carries its claim)."""
+    """Split dequeued jobs into success/failure acks (a DequeuedJob acks with its claim)."""
+    if success_percent >= 100:
+        return Acks(tuple(jobs), ())
     succeeded, failed = [], []
     for job in jobs:
-        ack = AckInfo(job.descriptor, claim=job.claim)
-        (succeeded if random.uniform(0, 100) < success_percent else failed).append(ack)
+        (succeeded if random.uniform(0, 100) < success_percent else failed).append(job)
     return Acks(tuple(succeeded), tuple(failed))
 
 
