@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import selectors
 import socket
 import threading
@@ -102,7 +103,7 @@ class Server:
         self.settings = settings
         self.dispatcher = dispatcher
         self.admission = admission
-        self.worker_slots = threading.BoundedSemaphore(settings.worker_threads)
+        self.worker_slots = worker_slots(settings.worker_threads)
         self.warnings = RateLimitedLog()
         self.rejections = rejections or Rejections(warnings=self.warnings)
         self.tls_context = tls.server_context_from(settings.tls)
@@ -279,8 +280,12 @@ class Connection:
         self.sock.sendall(frame(reply))
 
     def _dispatch(self, payload: bytes) -> bytes:
-        with self.server.worker_slots:
+        slots = self.server.worker_slots
+        slots.get()
+        try:
             return self.server.dispatcher.dispatch(payload)[1]
+        finally:
+            slots.put(None)
 
     def _mark_idle(self) -> bool:
         """Called between frames; False (stop) once the server is shutting down."""
@@ -317,6 +322,15 @@ class Connection:
         with self._lock:
             self._closed = True
         self.sock.close()
+
+
+def worker_slots(count: int) -> queue.SimpleQueue:
+    """`count` tokens: get() one to run a handler call (blocks while none is left), put() it
+    back after. A semaphore, but in C: threading.Semaphore costs ~2 us per request here."""
+    slots: queue.SimpleQueue = queue.SimpleQueue()
+    for _ in range(count):
+        slots.put(None)
+    return slots
 
 
 def _peer(addr: tuple) -> str:
