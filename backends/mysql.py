@@ -43,7 +43,7 @@ from pinlater.backend import Backend, ShardSpec, StorageLimits
 from pinlater.config import ConfigError, _range, parse_shard_list
 from pinlater.errors import QueueNotFound, ShardError
 from pinlater.job_descriptor import SHARD_NAME_PATTERN
-from pinlater.models import Ack, ClaimMatch, DequeuedJob, NewJob
+from pinlater.models import Ack, ClaimMatch, DequeuedJob, NewJob, new_dequeued_job
 
 MYSQL = SQLDialect(name="mysql", param_format="%({})s", quote_char="`")
 #: MySQL identifiers (database names) are at most 64 characters
@@ -370,9 +370,7 @@ class MySQLShard(SQLShard):
         else:
             with self._write() as cur:
                 rows = self._claim(cur, queue, priority, limit, claim)
-        return [DequeuedJob(priority=priority, local_id=r[0], body=bytes(r[1]),
-                            attempts_allowed=r[2], attempts_remaining=r[3], claim=claim)
-                for r in rows]
+        return [new_dequeued_job(priority, r[0], bytes(r[1]), r[2], r[3], claim) for r in rows]
 
     def _claim(self, cur: Any, queue: str, priority: int, limit: int, claim: str) -> list:
         table = self._job_table(cur, queue, priority)

@@ -38,6 +38,7 @@ from pinlater.config import ConfigError, _range, parse_shard_list
 from pinlater.errors import QueueNotFound, ShardError, StorageFull
 from pinlater.models import (
     Ack, Checkpoint, DequeuedJob, JobRecord, JobState, NewJob, ReclaimCounts, ScanBound,
+    new_dequeued_job,
 )
 
 #: jobs read per page.lua call when a body filter is applied in Python
@@ -250,8 +251,8 @@ class RedisShard(Shard):
             return []
         flat = self._run(self._scripts.dequeue, queue,
                          [queue, self._prefix(queue), self._offset(), priority, limit, claim])
-        return [DequeuedJob(priority, int(flat[i]), flat[i + 1], int(flat[i + 2]),
-                            int(flat[i + 3]), claim) for i in range(0, len(flat), 4)]
+        return [new_dequeued_job(priority, int(flat[i]), flat[i + 1], int(flat[i + 2]),
+                                 int(flat[i + 3]), claim) for i in range(0, len(flat), 4)]
 
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         groups = _ack_groups(succeeded, failed)

@@ -35,7 +35,7 @@ from pinlater.backend import BodyFilter, Shard
 from pinlater.claims import CLAIM_SOURCE_OFFSET
 from pinlater.models import (
     Ack, Checkpoint, ClaimMatch, DequeuedJob, JobRecord, JobState, NewJob, ReclaimCounts,
-    ScanBound,
+    ScanBound, new_dequeued_job,
 )
 
 QUERY_DIR = Path(__file__).parent / "queries"
@@ -238,9 +238,7 @@ class SQLShard(Shard):
                 if rows:
                     self._by_ids(cur, "claim_by_ids", table, [r[0] for r in rows],
                                  {"claim": claim, "now": now})
-        return [DequeuedJob(priority=priority, local_id=r[0], body=bytes(r[1]),
-                            attempts_allowed=r[2], attempts_remaining=r[3], claim=claim)
-                for r in rows]
+        return [new_dequeued_job(priority, r[0], bytes(r[1]), r[2], r[3], claim) for r in rows]
 
     def _select_eligible(self, cur: Any, queue: str, priority: int, limit: int):
         table = self._job_table(cur, queue, priority)

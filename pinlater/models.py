@@ -119,6 +119,24 @@ _NEW = object.__new__
 _SET_ACK = tuple(getattr(Ack, name).__set__ for name in Ack.__slots__)
 
 
+_SET_DEQUEUED = tuple(getattr(DequeuedJob, name).__set__ for name in DequeuedJob.__slots__)
+
+
+def new_dequeued_job(priority: int, local_id: int, body: bytes, attempts_allowed: int,
+                     attempts_remaining: int, claim: str | None) -> DequeuedJob:
+    """`DequeuedJob(...)` built by setting its slots directly (as new_ack): backends build one
+    per handed-out job."""
+    job = _NEW(DequeuedJob)
+    set_priority, set_local_id, set_body, set_allowed, set_remaining, set_claim = _SET_DEQUEUED
+    set_priority(job, priority)
+    set_local_id(job, local_id)
+    set_body(job, body)
+    set_allowed(job, attempts_allowed)
+    set_remaining(job, attempts_remaining)
+    set_claim(job, claim)
+    return job
+
+
 def new_ack(priority: int, local_id: int, match: ClaimMatch, append_status: str,
             retry_delay_ms: int) -> Ack:
     """`Ack(...)` of already valid values, built by setting its slots directly: the frozen
