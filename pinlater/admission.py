@@ -27,6 +27,10 @@ from pinlater.transport import encode_reply
 
 DEQUEUE = "dequeueJobs"
 _HEADER = struct.Struct("!iI")
+#: name length + name of a dequeueJobs header (after the 4-byte version)
+_DEQUEUE_NAME = struct.pack("!I", len(DEQUEUE)) + DEQUEUE.encode("ascii")
+#: the shortest header naming dequeueJobs that `method_and_seqid` reads (seqid included)
+_DEQUEUE_HEADER_BYTES = 4 + len(_DEQUEUE_NAME) + 4
 
 
 class Busy(PinLaterError):
@@ -48,6 +52,13 @@ def method_and_seqid(payload: bytes) -> tuple[str, int] | None:
     return name, seqid
 
 
+def is_dequeue(payload: bytes) -> bool:
+    """`method_and_seqid(payload)` names dequeueJobs, by comparing bytes: the common path
+    needs only this, the header is parsed only for a refusal reply."""
+    return (payload[4:4 + len(_DEQUEUE_NAME)] == _DEQUEUE_NAME
+            and len(payload) >= _DEQUEUE_HEADER_BYTES)
+
+
 class Admission:
     """Server-wide caps. `serve(payload, run)` runs `run()` (which waits for a worker and
     dispatches) or returns a refusal reply at once."""
@@ -63,15 +74,14 @@ class Admission:
         self.in_flight_dequeues = 0
 
     def serve(self, payload: bytes, run: Callable[[], bytes]) -> bytes:
-        header = method_and_seqid(payload)
-        name = header[0] if header else None
-        dequeue = name == DEQUEUE
+        dequeue = is_dequeue(payload)
         refusal = self._enter(dequeue)
-        if refusal is not None and header is not None and name in self._service.thrift_services:
-            self._on_refused("dequeues" if dequeue else "requests")
-            return self._refusal_reply(name, header[1], refusal)
-        if refusal is not None:  # unreadable header: let the dispatcher answer it
-            with self._lock:
+        if refusal is not None:
+            header = method_and_seqid(payload)
+            if header is not None and header[0] in self._service.thrift_services:
+                self._on_refused("dequeues" if dequeue else "requests")
+                return self._refusal_reply(header[0], header[1], refusal)
+            with self._lock:  # unreadable header or unknown method: the dispatcher answers
                 self.in_flight += 1
         try:
             return run()

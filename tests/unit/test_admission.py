@@ -3,9 +3,11 @@ other requests have separate budgets; per-queue dequeue slots."""
 
 from __future__ import annotations
 
+import random
+import struct
 import threading
 
-from pinlater.admission import Admission, QueueSlots, method_and_seqid
+from pinlater.admission import DEQUEUE, Admission, QueueSlots, is_dequeue, method_and_seqid
 from pinlater.idl import PinLater, RequestContext, pinlater_thrift as T
 from tests.support.server_process import decode_reply, encode_call
 
@@ -56,6 +58,43 @@ def test_header_is_read_without_decoding_the_arguments():
     assert method_and_seqid(dequeue_call(42)) == ("dequeueJobs", 42)
     assert method_and_seqid(b"\x80\x01") is None
     assert method_and_seqid(b"\x80\x01\x00\x01\xff\xff\xff\xff") is None
+
+
+def _parsed_is_dequeue(payload: bytes) -> bool:
+    header = method_and_seqid(payload)
+    return header is not None and header[0] == DEQUEUE
+
+
+def test_dequeue_check_by_bytes_agrees_with_the_parsed_header():
+    rng = random.Random(5)
+    call = dequeue_call(42)
+    payloads = [call, enqueue_call(), b"", b"garbage!", call[:4] + b"\x00" * 30]
+    payloads += [call[:n] for n in range(len(call))]  # every truncation, around the seqid too
+    payloads += [encode_call(name, seqid=3) for name in PinLater.thrift_services]
+    payloads += [call[:4] + struct.pack("!i", len(name)) + name + struct.pack("!i", 1)
+                 for name in (b"dequeueJobsX", b"dequeueJob", b"dequeuejobs", b"\xffequeueJobs")]
+    for _ in range(2000):  # single-byte mutations of a real dequeue header
+        mutated = bytearray(call)
+        mutated[rng.randrange(24)] = rng.randrange(256)
+        payloads.append(bytes(mutated))
+    for payload in payloads:
+        assert is_dequeue(payload) == _parsed_is_dequeue(payload), payload
+    assert is_dequeue(call) and not is_dequeue(enqueue_call())
+
+
+def test_a_busy_server_lets_the_dispatcher_answer_an_unknown_method():
+    admission = Admission(max_requests=1, max_dequeues=1, service=PinLater)
+    blocker = Blocker()
+    threads = hold(admission, enqueue_call(), blocker, 1)
+    try:
+        assert admission.serve(encode_call("noSuchMethod"), lambda: b"unknown method") == \
+            b"unknown method"
+        assert admission.stats()["in_flight"] == 1
+    finally:
+        blocker.release.set()
+        for t in threads:
+            t.join(5)
+    assert admission.stats() == {"in_flight": 0, "in_flight_dequeues": 0}
 
 
 def test_dequeues_over_the_cap_get_dequeue_rate_limited_at_once_and_enqueues_still_run():
