@@ -74,8 +74,16 @@ class FrameReader:
 
         Raises FrameError (bad length), FrameTimeout, PeerClosed or OSError.
         """
-        if not self._pending and not self._wait_first_bytes(idle_timeout, frame_timeout):
-            return None
+        if not self._pending:
+            chunk = self._wait_first_bytes(idle_timeout, frame_timeout)
+            if not chunk:
+                return None
+            payload = self._whole_frame(chunk)
+            if payload is not None:  # the usual request: one recv, exactly one frame
+                if self._on_frame_start is not None:
+                    self._on_frame_start()
+                return payload
+            self._pending += chunk
         if self._on_frame_start is not None:
             self._on_frame_start()
         deadline = time.monotonic() + frame_timeout
@@ -91,9 +99,20 @@ class FrameReader:
             return frame
         return self._read_rest(size, deadline)
 
-    def _wait_first_bytes(self, idle_timeout: float, step: float) -> bool:
-        """Wait up to `idle_timeout` for data, in waits of at most `step` (the frame timeout):
-        the socket usually has that timeout already, so no settimeout between requests."""
+    def _whole_frame(self, chunk: bytes) -> bytes | None:
+        """The payload when `chunk` is exactly one frame of a valid length, else None (the
+        general path then checks the length and reads the rest)."""
+        if len(chunk) < 4:
+            return None
+        (size,) = _HEADER.unpack_from(chunk)
+        if 0 < size <= self._max and len(chunk) == 4 + size:
+            return chunk[4:]
+        return None
+
+    def _wait_first_bytes(self, idle_timeout: float, step: float) -> bytes:
+        """The first bytes to arrive within `idle_timeout` (b"" on idle timeout or close),
+        waiting in steps of at most `step` (the frame timeout): the socket usually has that
+        timeout already, so no settimeout between requests."""
         deadline = time.monotonic() + idle_timeout
         wait = min(step, idle_timeout)
         while True:
@@ -104,11 +123,8 @@ class FrameReader:
             except TimeoutError:
                 wait = min(wait, deadline - time.monotonic())
                 if wait <= 0:
-                    return False
-        if not chunk:
-            return False
-        self._pending += chunk
-        return True
+                    return b""
+        return chunk
 
     def _recv_more(self, deadline: float) -> None:
         self._set_deadline(deadline)

@@ -100,3 +100,57 @@ def test_shutdown_of_an_idle_socket_ends_the_wait_at_once(pair):
     started = time.monotonic()
     assert reader.read_frame(30.0, 5.0) is None
     assert time.monotonic() - started < 2.0
+
+
+class ScriptedSocket:
+    """Hands out fixed recv chunks, then end of stream."""
+
+    def __init__(self, chunks):
+        self.chunks = list(chunks)
+        self.timeout = None
+
+    def gettimeout(self):
+        return self.timeout
+
+    def settimeout(self, value):
+        self.timeout = value
+
+    def recv(self, n):
+        return self.chunks.pop(0) if self.chunks else b""
+
+    def recv_into(self, view):
+        data = self.recv(len(view))
+        view[:len(data)] = data
+        return len(data)
+
+
+def _read_all(chunks, whole_frame_fast_path):
+    starts = []
+    reader = FrameReader(ScriptedSocket(chunks), 64, lambda: starts.append(1))
+    if not whole_frame_fast_path:
+        reader._whole_frame = lambda chunk: None
+    out = []
+    try:
+        while (payload := reader.read_frame(5.0, 5.0)) is not None:
+            out.append(payload)
+    except Exception as exc:  # noqa: BLE001 - the outcome is compared, whatever it is
+        out.append(type(exc))
+    return out, len(starts)
+
+
+@pytest.mark.parametrize("chunks", [
+    [frame(b"one")],
+    [frame(b"one"), frame(b"two")],
+    [frame(b"one") + frame(b"two")],                # pipelined in one recv
+    [frame(b"x" * 64)],                             # exactly the cap
+    [frame(b"x" * 65)],                             # one over the cap
+    [struct.pack("!i", 0)],
+    [struct.pack("!i", -5) + b"abc"],
+    [b"\x00\x00"],                                  # a header cut short
+    [b"\x00\x00", b"\x00\x03ab", b"c"],             # header and payload in pieces
+    [frame(b"abc")[:-1]],                           # peer closes one byte short
+    [frame(b"abc") + b"\x00"],                      # a frame plus the start of the next
+    [b"GET / HTTP/1.1\r\n\r\n"],
+])
+def test_whole_frame_fast_path_reads_exactly_what_the_general_path_reads(chunks):
+    assert _read_all(chunks, True) == _read_all(chunks, False)
