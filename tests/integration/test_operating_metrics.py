@@ -126,7 +126,14 @@ def test_scripted_workload_shows_up_with_the_right_labels_and_values(tmp_path):
 
 
 def test_health_is_503_when_no_shard_takes_enqueues(tmp_path):
-    with OperatingServer(tmp_path, {"sharding": {"probe_interval_seconds": 3600}}) as srv:
+    # A successful call on a shard marks it healthy again: no probes, and the depth collector's
+    # first pass (it runs at start) is over before the marks below; no second pass comes.
+    quiet = {"sharding": {"probe_interval_seconds": 3600},
+             "metrics": {"depth_interval_seconds": 3600}}
+    with OperatingServer(tmp_path, quiet) as srv:
+        deadline = time.monotonic() + 10
+        while srv.app.depth._refreshed_at == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
         status, body = srv.health()
         assert status == 200 and body["status"] == "ok"
         assert [s["name"] for s in body["shards"]] == ["1", "2"]
