@@ -187,6 +187,26 @@ class RedisShard(Shard):
                 script.sha = self._client.script_load(script.script)
                 return self._evalsha(script.sha, args)
 
+    def _evalsha_each(self, calls: list[tuple[str, list]]) -> list[Any]:
+        """Several EVALSHAs in one write on one pooled connection; every reply is read (an
+        error reply comes back as its ResponseError, in its place)."""
+        conn = self._pool.get_connection()
+        try:
+            conn.send_packed_command(conn.pack_commands(
+                [("EVALSHA", sha, 1, self._registry, *args) for sha, args in calls]))
+            replies = []
+            for _ in calls:
+                try:
+                    replies.append(conn.read_response())
+                except redis.exceptions.ResponseError as exc:  # in step: read the next one
+                    replies.append(exc)
+            return replies
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            self._pool.release(conn)
+
     def _evalsha(self, sha: str, args: list) -> Any:
         """One EVALSHA on a pooled connection, without redis-py's per-command layers (retry
         wrapper, response callbacks, observability), which cost about 40 us a call here. As
@@ -250,17 +270,43 @@ class RedisShard(Shard):
             self._check_queue(queue)
             return []
         flat = self._run(self._scripts.dequeue, queue,
-                         [queue, self._prefix(queue), self._offset(), priority, limit, claim])
-        return [new_dequeued_job(priority, int(flat[i]), flat[i + 1], int(flat[i + 2]),
-                                 int(flat[i + 3]), claim) for i in range(0, len(flat), 4)]
+                         self._dequeue_args(queue, priority, limit, claim))
+        return _dequeued(flat, priority, claim)
 
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
+        return int(self._run(self._scripts.ack, queue, self._ack_args(queue, succeeded, failed)))
+
+    def ack_and_dequeue(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack],
+                        priority: int, limit: int, claim: str) -> tuple[int, list[DequeuedJob]]:
+        """ack.lua then dequeue.lua sent together on one connection: one round trip. Redis runs
+        them in order; each reply is read even when the first is an error."""
+        if limit <= 0:
+            return super().ack_and_dequeue(queue, succeeded, failed, priority, limit, claim)
+        calls = [(self._scripts.ack, self._ack_args(queue, succeeded, failed)),
+                 (self._scripts.dequeue, self._dequeue_args(queue, priority, limit, claim))]
+        with self._errors(queue):
+            replies = self._evalsha_each([(script.sha, args) for script, args in calls])
+            for i, reply in enumerate(replies):  # after SCRIPT FLUSH or a restart: redo that one
+                if isinstance(reply, redis.exceptions.NoScriptError):
+                    script, args = calls[i]
+                    script.sha = self._client.script_load(script.script)
+                    replies[i] = self._evalsha_each([(script.sha, args)])[0]
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        return int(replies[0]), _dequeued(replies[1], priority, claim)
+
+    def _dequeue_args(self, queue: str, priority: int, limit: int, claim: str) -> list[Any]:
+        return [queue, self._prefix(queue), self._offset(), priority, limit, claim]
+
+    def _ack_args(self, queue: str, succeeded: Sequence[Ack],
+                  failed: Sequence[Ack]) -> list[Any]:
         groups = _ack_groups(succeeded, failed)
         args: list[Any] = [queue, self._prefix(queue), self._offset(), self.limits.status_cap,
                            len(groups)]
         for header, ids in groups:
             args += [*header, "".join(ids)]
-        return int(self._run(self._scripts.ack, queue, args))
+        return args
 
     def checkpoint(self, queue: str, checkpoints: Sequence[Checkpoint]) -> int:
         args: list[Any] = [queue, self._prefix(queue), self._offset(), self.limits.status_cap,
@@ -418,6 +464,12 @@ class RedisShard(Shard):
                     yield record
             if scanned < FILTER_PAGE_SIZE:
                 return
+
+
+def _dequeued(flat: Sequence[Any], priority: int, claim: str) -> list[DequeuedJob]:
+    """dequeue.lua's reply (id, body, attempts allowed, attempts remaining per job)."""
+    return [new_dequeued_job(priority, int(flat[i]), flat[i + 1], int(flat[i + 2]),
+                             int(flat[i + 3]), claim) for i in range(0, len(flat), 4)]
 
 
 def _encode_text(text: str) -> bytes:

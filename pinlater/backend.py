@@ -100,6 +100,13 @@ class Shard(abc.ABC):
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         """Apply acks whose job is IN_PROGRESS and whose claim matches; return how many applied."""
 
+    def ack_and_dequeue(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack],
+                        priority: int, limit: int, claim: str) -> tuple[int, list[DequeuedJob]]:
+        """Piggy-backed acks, then a dequeue, as `ack` then `dequeue` (so the acks are applied
+        first). A backend may do both in one round trip. If this raises, the acks may or may not
+        have been applied (the caller applies them again: a repeated ack is a no-op)."""
+        return self.ack(queue, succeeded, failed), self.dequeue(queue, priority, limit, claim)
+
     @abc.abstractmethod
     def checkpoint(self, queue: str, checkpoints: Sequence[Checkpoint]) -> int:
         """Apply checkpoints whose job is IN_PROGRESS with a matching claim; return the count."""

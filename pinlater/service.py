@@ -165,10 +165,15 @@ class PinLaterHandler:
             raise
         handed_out = 0
         try:
-            if acks is not None:
+            riding = None  # acks of this queue go with the dequeue (one storage call)
+            if acks is not None and acks[0] == queue:
+                riding = acks[1:]
+            elif acks is not None:
                 self._apply_acks(acks)
             jobs = self.store.dequeue(queue, limit if allowed is None else min(limit, allowed),
-                                      source, dry_run=dry_run, coverage=coverage)
+                                      source, dry_run=dry_run, coverage=coverage, acks=riding)
+            if riding is not None:
+                self._count_acks(acks)
             handed_out = len(jobs)
         finally:
             self.observer.after_dequeue(queue, handed_out)
@@ -187,6 +192,10 @@ class PinLaterHandler:
     def _apply_acks(self, acks: tuple) -> None:
         queue, succeeded, failed = acks
         self.store.ack(queue, succeeded, failed)
+        self._count_acks(acks)
+
+    def _count_acks(self, acks: tuple) -> None:
+        queue, succeeded, failed = acks
         self.observer.on_jobs("acked_succeeded", queue, len(succeeded))
         self.observer.on_jobs("acked_failed", queue, len(failed))
 

@@ -230,18 +230,38 @@ class ShardedBackend:
                               "unhealthy or dequeue_only)")
 
     def dequeue(self, queue: str, limit: int, source: str, *, dry_run: bool = False,
-                coverage: float = 1.0) -> list[tuple[JobDescriptor, DequeuedJob]]:
+                coverage: float = 1.0,
+                acks: tuple[Sequence[tuple[str, Ack]], Sequence[tuple[str, Ack]]] | None = None,
+                ) -> list[tuple[JobDescriptor, DequeuedJob]]:
         """Claim up to `limit` jobs: priority 1 on every examined shard first, then 2, ...;
         shards in random order, each asked for all jobs still needed. A shard that fails after
-        others already handed out jobs is skipped (those jobs are delivered, not orphaned)."""
+        others already handed out jobs is skipped (those jobs are delivered, not orphaned).
+
+        `acks` (succeeded, failed) of this queue are applied before anything is dequeued. When
+        they all belong to one examined healthy shard, that shard comes first and takes them
+        with its first dequeue in one call (`Shard.ack_and_dequeue`: one round trip on Redis);
+        if that call fails, the acks are applied on their own (an error there is the caller's)
+        and the dequeue goes on as usual."""
         names = self.shard_names()
         self._rng.shuffle(names)
         names = names[:max(1, int(len(names) * coverage + 0.5))]
         healthy = [n for n in names if self.health.is_healthy(n)]
         if not healthy:
+            if acks is not None:
+                self.ack(queue, *acks)
             raise NoHealthyShards(f"no healthy shard to dequeue from (examined {names})")
         claim = None if dry_run else new_claim(source)
         got: list[tuple[JobDescriptor, DequeuedJob]] = []
+        done = None  # the (priority, shard) step already taken with the acks
+        lead = self._piggyback_lead(queue, acks, healthy, claim)
+        if lead is not None:
+            healthy.remove(lead)
+            healthy.insert(0, lead)
+            jobs = self._lead_dequeue(queue, lead, acks, limit, claim)
+            if jobs is not None:
+                done = (1, lead)
+                got += [(descriptor(queue, lead, job.priority, job.local_id), job)
+                        for job in jobs]
         missing: set[str] = set()
         failure: ShardConnectionFailed | None = None
         for priority in range(1, self.num_priorities + 1):
@@ -249,7 +269,7 @@ class ShardedBackend:
                 need = limit - len(got)
                 if need <= 0:
                     return got
-                if name in missing:
+                if name in missing or (priority, name) == done:
                     continue
                 try:
                     jobs = self.call(name, lambda s: s.dequeue(queue, priority, need, claim))
@@ -267,6 +287,32 @@ class ShardedBackend:
                 self.health.is_healthy(n) for n in healthy):
             raise failure
         return got
+
+    def _piggyback_lead(self, queue: str, acks, healthy: list[str],
+                        claim: str | None) -> str | None:
+        """Apply `acks` now, except those that can ride with the first dequeue: the name of
+        the one healthy shard they all belong to (then nothing is applied yet), else None."""
+        if acks is None:
+            return None
+        owners = {name for name, _ in acks[0]} | {name for name, _ in acks[1]}
+        if claim is not None and len(owners) == 1 and next(iter(owners)) in healthy:
+            return next(iter(owners))
+        if owners:
+            self.ack(queue, *acks)
+        return None
+
+    def _lead_dequeue(self, queue: str, name: str, acks, limit: int,
+                      claim: str) -> list[DequeuedJob] | None:
+        """The acks plus priority 1 of shard `name` in one call; None when that failed and the
+        acks were applied on their own instead (their error, if any, is raised)."""
+        succeeded = [ack for _, ack in acks[0]]
+        failed = [ack for _, ack in acks[1]]
+        try:
+            return self.call(name, lambda s: s.ack_and_dequeue(queue, succeeded, failed, 1,
+                                                                limit, claim))[1]
+        except (QueueNotFound, ShardConnectionFailed):
+            self.ack(queue, *acks)  # a repeated ack is a no-op
+            return None
 
     def ack(self, queue: str, succeeded: Sequence[tuple[str, Ack]],
             failed: Sequence[tuple[str, Ack]]) -> int:

@@ -523,6 +523,31 @@ def test_scripts_are_reloaded_after_script_flush(shard, server):
     assert len(shard.scan("q", JobState.PENDING, {1: None, 2: None}, False, 5, None)) == 2
 
 
+def test_ack_and_dequeue_applies_the_acks_first_in_one_round_trip(shard, server):
+    a, b, c = enqueue(shard, b"a", b"b", b"c", attempts_allowed=3)
+    held = dequeue(shard, 2)
+    ok, bad = (Ack(1, j.local_id, ClaimMatch(SOURCE, j.claim)) for j in held)
+    with server.client() as client:
+        client.script_flush()  # both scripts come back by NOSCRIPT, each run once
+    applied, jobs = shard.ack_and_dequeue("q", [ok], [bad], 1, 5, new_claim(SOURCE))
+    assert applied == 2
+    # the failure-acked job (no delay) is pending again before the dequeue part runs
+    assert sorted(j.local_id for j in jobs) == sorted([bad.local_id, c])
+    assert record(shard, ok.local_id).state == JobState.SUCCEEDED
+    assert record(shard, bad.local_id).attempts_remaining == 2
+    assert shard.count("q", JobState.IN_PROGRESS, [1], False, 10, None) == 2
+    assert {a, b} == {ok.local_id, bad.local_id}
+
+
+def test_ack_and_dequeue_on_an_unknown_queue_changes_nothing(shard):
+    (job_id,) = enqueue(shard, b"x")
+    (job,) = dequeue(shard)
+    with pytest.raises(QueueNotFound):
+        shard.ack_and_dequeue("nope", [Ack(1, job_id, ClaimMatch(SOURCE, job.claim))], [], 1,
+                              5, new_claim(SOURCE))
+    assert record(shard, job_id).state == JobState.IN_PROGRESS
+
+
 def test_shards_on_one_connection_share_a_pool_until_the_last_closes(backend, server):
     a, b = open_shard(backend, server, "poolA"), open_shard(backend, server, "poolB")
     assert a._client.connection_pool is b._client.connection_pool
