@@ -9,6 +9,7 @@ default) and prints jobs/s and p50/p99 for each. Loopback only; every process is
     python scripts/bench_server.py --backend sqlite
     python scripts/bench_server.py --backend redis --fsync everysec
     python scripts/bench_server.py --backend mysql
+    python scripts/bench_server.py --backend redis --runs 5   # median, min, max of 5 runs
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import contextlib
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -89,7 +91,29 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--piggyback", action="store_true",
                         help="dequeue load acks on the next dequeue instead of a separate call")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="repeat on fresh storage and summarise jobs/s (median, min, max): "
+                             "a shared 2-core VM varies by +-20%% from run to run")
     args = parser.parse_args()
+    label = args.backend + (f" (appendfsync {args.fsync})" if args.backend == "redis" else "")
+    print(f"backend {label}, batch {args.batch}, concurrency {args.concurrency}, "
+          f"{args.jobs} jobs{', piggy-backed acks' if args.piggyback else ''}")
+    rates: dict[str, list[float]] = {"enqueue": [], "dequeue": []}
+    for run in range(args.runs):
+        if args.runs > 1:
+            print(f"run {run + 1}")
+        for mode, report in one_run(args).items():
+            print(f"  {mode:8s} {_fmt(report)}")
+            rates[mode].append(report["jobs_per_s"])
+    if args.runs > 1:
+        for mode, values in rates.items():
+            print(f"{mode:8s} jobs/s over {args.runs} runs: median {statistics.median(values):.0f}"
+                  f", min {min(values):.0f}, max {max(values):.0f}")
+    return 0
+
+
+def one_run(args) -> dict[str, dict]:
+    """Fresh storage and server; the enqueue load, then the dequeue (+ack) load."""
     with tempfile.TemporaryDirectory(prefix="pinlater-bench-") as tmp_name:
         tmp = Path(tmp_name)
         with storage(args.backend, tmp, args.fsync) as (backend, storage_pid):
@@ -98,14 +122,8 @@ def main() -> int:
                 subprocess.run([sys.executable, "-m", "pinlater.cli", "--host", server.host,
                                 "--port", str(server.port), "create", "--queue", "bench"],
                                check=True, capture_output=True, cwd=ROOT)
-                results = {mode: load(server, mode, "bench", args, storage_pid)
-                           for mode in ("enqueue", "dequeue")}
-    label = args.backend + (f" (appendfsync {args.fsync})" if args.backend == "redis" else "")
-    print(f"backend {label}, batch {args.batch}, concurrency {args.concurrency}, "
-          f"{args.jobs} jobs{', piggy-backed acks' if args.piggyback else ''}")
-    for mode, report in results.items():
-        print(f"  {mode:8s} {_fmt(report)}")
-    return 0
+                return {mode: load(server, mode, "bench", args, storage_pid)
+                        for mode in ("enqueue", "dequeue")}
 
 
 def _fmt(report: dict) -> str:
