@@ -4,15 +4,11 @@ storage server does."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from backends.sqlite import SQLiteBackend
-from pinlater.backend import StorageLimits
 from pinlater.errors import ShardConnectionFailed, ShardError
 from pinlater.models import NewJob
-from pinlater.sharded import ShardedBackend
+from tests.support.sqlite_env import sharded_store
 
 
 class Failing:
@@ -38,11 +34,8 @@ class Failing:
 
 @pytest.fixture
 def store(tmp_path):
-    options = SQLiteBackend.parse_options({"data_dir": str(tmp_path)}, "backend")
-    specs = SQLiteBackend.parse_shards([{"name": "a"}, {"name": "b"}], options, "shards")
-    store = ShardedBackend(SQLiteBackend(options, StorageLimits()), specs, num_priorities=3,
-                           retries=2, unhealthy_after_failures=3, rng=random.Random(7))
-    store.create_queue("q")
+    store = sharded_store(tmp_path, num_priorities=3, retries=2, unhealthy_after_failures=3,
+                          seed=7)
     yield store
     store.close()
 

@@ -3,15 +3,11 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from backends.sqlite import SQLiteBackend
-from pinlater.backend import StorageLimits
 from pinlater.errors import QueueNotFound, ShardError
 from pinlater.models import Ack, ClaimMatch, JobState, NewJob
-from pinlater.sharded import ShardedBackend
+from tests.support.sqlite_env import sharded_store
 
 SOURCE = "w:1"
 
@@ -43,11 +39,8 @@ class Spy:
 
 @pytest.fixture
 def store(tmp_path):
-    options = SQLiteBackend.parse_options({"data_dir": str(tmp_path)}, "backend")
-    specs = SQLiteBackend.parse_shards([{"name": "a"}, {"name": "b"}], options, "shards")
-    store = ShardedBackend(SQLiteBackend(options, StorageLimits()), specs, num_priorities=2,
-                           retries=1, unhealthy_after_failures=5, rng=random.Random(3))
-    store.create_queue("q")
+    store = sharded_store(tmp_path, num_priorities=2, retries=1, unhealthy_after_failures=5,
+                          seed=3)
     for name in ("a", "b"):
         store._set.shards[name] = Spy(store._set.shards[name])
     yield store
