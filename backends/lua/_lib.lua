@@ -10,6 +10,16 @@ local PL_RA_OFFSET = __RA_OFFSET__      -- added to run_after so index members s
 local PL_RA_MIN = __RA_MIN__            -- run_after values saturate to [PL_RA_MIN, PL_RA_MAX]
 local PL_RA_MAX = __RA_MAX__
 local PL_MAX_ID = __MAX_ID__            -- largest local id a Lua double holds exactly
+-- arguments per variadic call (even: score/member and field/value pairs never split; keeps
+-- unpack() far below Lua's C-stack limit)
+local PL_CHUNK = 1000
+
+-- `command key args...` in chunks of at most PL_CHUNK arguments.
+local function pl_chunked(command, key, args)
+  for first = 1, #args, PL_CHUNK do
+    redis.call(command, key, unpack(args, first, math.min(first + PL_CHUNK - 1, #args)))
+  end
+end
 
 -- Redis's clock in epoch ms plus the shard's clock offset (ARGV, moved by tests/operators).
 local function pl_now(offset)
@@ -132,13 +142,19 @@ local function pl_index(qprefix, prio, state, member, id19, ua)
   if state ~= '0' then redis.call('ZADD', pl_ua_index(qprefix, prio, state), ua, id19) end
 end
 
+-- Remove the column fields (body, meta, status) of the jobs `ids` (their index entries are the
+-- caller's).
+local function pl_drop_columns(qprefix, prio, ids)
+  local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
+  pl_chunked('HDEL', bkey, ids)
+  pl_chunked('HDEL', mkey, ids)
+  pl_chunked('HDEL', ckey, ids)
+end
+
 -- Delete one job (column hash fields and index entries) whose state and run_after are `st`, `ra`.
 local function pl_delete_job(qprefix, prio, id19, st, ra)
   pl_unindex(qprefix, prio, st, pl_member(tonumber(ra), id19), id19)
-  local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
-  redis.call('HDEL', bkey, id19)
-  redis.call('HDEL', mkey, id19)
-  redis.call('HDEL', ckey, id19)
+  pl_drop_columns(qprefix, prio, {id19})
 end
 
 -- Append one job record (11 entries: prio, id19, s, aa, ar, cs, ca, ra, ua, cl, body) in the
@@ -160,8 +176,9 @@ end
 -- Variadic HMGET of `fields` (chunked): values in the same order, false for missing ones.
 local function pl_hmget(key, fields)
   local out = {}
-  for first = 1, #fields, 1000 do
-    local part = redis.call('HMGET', key, unpack(fields, first, math.min(first + 999, #fields)))
+  for first = 1, #fields, PL_CHUNK do
+    local part = redis.call('HMGET', key,
+      unpack(fields, first, math.min(first + PL_CHUNK - 1, #fields)))
     for i = 1, #part do out[#out + 1] = part[i] end
   end
   return out
@@ -174,20 +191,14 @@ local function pl_hset_fields(key, order, values)
   for _, f in ipairs(order) do
     args[#args + 1] = f
     args[#args + 1] = values[f]
-    if #args >= 1000 then
-      redis.call('HSET', key, unpack(args))
-      args = {}
-    end
   end
-  if #args > 0 then redis.call('HSET', key, unpack(args)) end
+  pl_chunked('HSET', key, args)
 end
 
 -- Batched index moves: a script that moves many jobs between indexes collects the ZREM/ZADD
 -- arguments per index key here and applies them once at the end with variadic calls (one
 -- redis.call per index per chunk instead of two to four per job). Only for scripts that never
 -- remove a job from and add it to the same index (removals are all applied first).
-local PL_MOVE_CHUNK = 1000  -- arguments per call (even: score/member pairs never split)
-
 local function pl_index_moves(qprefix)
   return {qprefix = qprefix, rem = {}, add = {}, order = {rem = {}, add = {}}}
 end
@@ -223,13 +234,6 @@ local function pl_move_index(moves, prio, state, member, id19, ua_score)
     local ua = pl_move_args(moves, 'add', pl_ua_index(moves.qprefix, prio, state))
     ua[#ua + 1] = ua_score
     ua[#ua + 1] = id19
-  end
-end
-
--- `command key args...` in chunks of at most PL_MOVE_CHUNK arguments.
-local function pl_chunked(command, key, args)
-  for first = 1, #args, PL_MOVE_CHUNK do
-    redis.call(command, key, unpack(args, first, math.min(first + PL_MOVE_CHUNK - 1, #args)))
   end
 end
 

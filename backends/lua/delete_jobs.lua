@@ -23,12 +23,9 @@ if n == 0 then
   if #members == 0 then return 0 end
   local ids = {}
   for i, member in ipairs(members) do ids[i] = pl_member_id(member) end
-  local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
   redis.call('ZREMRANGEBYRANK', index, 0, #members - 1)
   if state ~= '0' then pl_chunked('ZREM', pl_ua_index(qprefix, prio, state), ids) end
-  pl_chunked('HDEL', bkey, ids)
-  pl_chunked('HDEL', mkey, ids)
-  pl_chunked('HDEL', ckey, ids)
+  pl_drop_columns(qprefix, prio, ids)
   return #members
 end
 local _, mkey = pl_job_keys(qprefix, prio)

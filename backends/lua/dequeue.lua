@@ -22,18 +22,8 @@ local pending = pl_ra_index(qprefix, prio, '0')
 local members = redis.call('ZRANGEBYLEX', pending, '-', '(' .. pl_ra_text(now) .. ';',
   'LIMIT', 0, limit)
 -- The claimed members are ranks 0..n-1 of ra0 (one score, byte order): remove them with one
--- ZREMRANGEBYRANK and add them to the IN_PROGRESS indexes in chunked ZADDs (chunks keep
--- unpack() far below Lua's C-stack limit).
-local CHUNK = 200
+-- ZREMRANGEBYRANK and add them to the IN_PROGRESS indexes in chunked ZADDs.
 local ra_args, ua_args = {}, {}
-local ra1, ua1 = pl_ra_index(qprefix, prio, '1'), pl_ua_index(qprefix, prio, '1')
-local function flush()
-  if #ra_args > 0 then
-    redis.call('ZADD', ra1, unpack(ra_args))
-    redis.call('ZADD', ua1, unpack(ua_args))
-    ra_args, ua_args = {}, {}
-  end
-end
 local ids = {}
 for i, member in ipairs(members) do ids[i] = pl_member_id(member) end
 local bkey, mkey = pl_job_keys(qprefix, prio)
@@ -47,7 +37,6 @@ for i, id19 in ipairs(ids) do
     ra_args[#ra_args + 1] = members[i]
     ua_args[#ua_args + 1] = now
     ua_args[#ua_args + 1] = id19
-    if #ra_args >= 2 * CHUNK then flush() end
     claimed[#claimed + 1] = id19
     new_meta[id19] = pl_meta('1', aa, ar, ca, ra, now_text, claim)
     local n = #out
@@ -55,6 +44,7 @@ for i, id19 in ipairs(ids) do
   end
 end
 if #members > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #members - 1) end
-flush()
+pl_chunked('ZADD', pl_ra_index(qprefix, prio, '1'), ra_args)
+pl_chunked('ZADD', pl_ua_index(qprefix, prio, '1'), ua_args)
 pl_hset_fields(mkey, claimed, new_meta)
 return out

@@ -18,7 +18,7 @@ if limit < 1 then return 0 end
 local now = pl_now(ARGV[3])
 local ids = redis.call('ZRANGEBYSCORE', pl_ua_index(qprefix, prio, state), '-inf',
   '(' .. pl_int(now - tonumber(ARGV[6])), 'LIMIT', 0, limit)
-local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
+local _, mkey = pl_job_keys(qprefix, prio)
 local metas = pl_hmget(mkey, ids)
 local members = {}
 for i, id19 in ipairs(ids) do
@@ -27,9 +27,7 @@ for i, id19 in ipairs(ids) do
 end
 if #ids > 0 then
   pl_chunked('ZREM', pl_ua_index(qprefix, prio, state), ids)
-  pl_chunked('HDEL', bkey, ids)
-  pl_chunked('HDEL', mkey, ids)
-  pl_chunked('HDEL', ckey, ids)
+  pl_drop_columns(qprefix, prio, ids)
 end
 if #members > 0 then pl_chunked('ZREM', pl_ra_index(qprefix, prio, state), members) end
 return #ids
