@@ -180,16 +180,30 @@ class RedisShard(Shard):
         return ShardError(self.name, f"Redis error: {text}", retriable=retriable)
 
     def _run(self, script: redis.commands.core.Script, queue: str, args: list) -> Any:
-        with self._errors(queue):
-            try:
-                return self._evalsha(script.sha, args)
-            except redis.exceptions.NoScriptError:  # Redis restarted or SCRIPT FLUSH
-                script.sha = self._client.script_load(script.script)
-                return self._evalsha(script.sha, args)
+        return self._run_all(queue, [(script, args)])[0]
 
-    def _evalsha_each(self, calls: list[tuple[str, list]]) -> list[Any]:
-        """Several EVALSHAs in one write on one pooled connection; every reply is read (an
-        error reply comes back as its ResponseError, in its place)."""
+    def _run_all(self, queue: str, calls: list[tuple[redis.commands.core.Script, list]]) -> list:
+        """Run the scripts in order, sent together (one round trip), and return their replies.
+        A script Redis does not know (restart, SCRIPT FLUSH) is loaded and run again on its own;
+        the first error reply is raised after every reply was read."""
+        with self._errors(queue):
+            replies = self._evalsha_all([(script.sha, args) for script, args in calls])
+            for i, reply in enumerate(replies):
+                if isinstance(reply, redis.exceptions.NoScriptError):
+                    script, args = calls[i]
+                    script.sha = self._client.script_load(script.script)
+                    replies[i] = self._evalsha_all([(script.sha, args)])[0]
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            return replies
+
+    def _evalsha_all(self, calls: list[tuple[str, list]]) -> list[Any]:
+        """EVALSHAs in one write on one pooled connection, without redis-py's per-command
+        layers (retry wrapper, response callbacks, observability: about 40 us a call here).
+        Every reply is read, an error reply as its ResponseError in its place. As redis-py
+        does, a connection that failed mid-call is disconnected before it goes back to the
+        pool, so no half-read reply can reach the next caller."""
         conn = self._pool.get_connection()
         try:
             conn.send_packed_command(conn.pack_commands(
@@ -201,23 +215,6 @@ class RedisShard(Shard):
                 except redis.exceptions.ResponseError as exc:  # in step: read the next one
                     replies.append(exc)
             return replies
-        except BaseException:
-            conn.disconnect()
-            raise
-        finally:
-            self._pool.release(conn)
-
-    def _evalsha(self, sha: str, args: list) -> Any:
-        """One EVALSHA on a pooled connection, without redis-py's per-command layers (retry
-        wrapper, response callbacks, observability), which cost about 40 us a call here. As
-        redis-py does, a connection that failed mid-call is disconnected before it goes back
-        to the pool, so no half-read reply can reach the next caller."""
-        conn = self._pool.get_connection()
-        try:
-            conn.send_command("EVALSHA", sha, 1, self._registry, *args)
-            return conn.read_response()
-        except redis.exceptions.ResponseError:
-            raise  # a complete error reply: the connection is in step
         except BaseException:
             conn.disconnect()
             raise
@@ -282,19 +279,10 @@ class RedisShard(Shard):
         them in order; each reply is read even when the first is an error."""
         if limit <= 0:
             return super().ack_and_dequeue(queue, succeeded, failed, priority, limit, claim)
-        calls = [(self._scripts.ack, self._ack_args(queue, succeeded, failed)),
-                 (self._scripts.dequeue, self._dequeue_args(queue, priority, limit, claim))]
-        with self._errors(queue):
-            replies = self._evalsha_each([(script.sha, args) for script, args in calls])
-            for i, reply in enumerate(replies):  # after SCRIPT FLUSH or a restart: redo that one
-                if isinstance(reply, redis.exceptions.NoScriptError):
-                    script, args = calls[i]
-                    script.sha = self._client.script_load(script.script)
-                    replies[i] = self._evalsha_each([(script.sha, args)])[0]
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
-        return int(replies[0]), _dequeued(replies[1], priority, claim)
+        applied, flat = self._run_all(queue, [
+            (self._scripts.ack, self._ack_args(queue, succeeded, failed)),
+            (self._scripts.dequeue, self._dequeue_args(queue, priority, limit, claim))])
+        return int(applied), _dequeued(flat, priority, claim)
 
     def _dequeue_args(self, queue: str, priority: int, limit: int, claim: str) -> list[Any]:
         return [queue, self._prefix(queue), self._offset(), priority, limit, claim]

@@ -246,14 +246,12 @@ class ShardedBackend:
         self._rng.shuffle(names)
         names = names[:max(1, int(len(names) * coverage + 0.5))]
         healthy = [n for n in names if self.health.is_healthy(n)]
-        if not healthy:
-            if acks is not None:
-                self.ack(queue, *acks)
-            raise NoHealthyShards(f"no healthy shard to dequeue from (examined {names})")
         claim = None if dry_run else new_claim(source)
+        lead = self._piggyback_lead(queue, acks, healthy, claim)  # applies acks that can't ride
+        if not healthy:
+            raise NoHealthyShards(f"no healthy shard to dequeue from (examined {names})")
         got: list[tuple[JobDescriptor, DequeuedJob]] = []
         done = None  # the (priority, shard) step already taken with the acks
-        lead = self._piggyback_lead(queue, acks, healthy, claim)
         if lead is not None:
             healthy.remove(lead)
             healthy.insert(0, lead)
