@@ -14,12 +14,9 @@ QUEUE_NAME_PATTERN = r"[A-Za-z0-9_]+"
 SHARD_NAME_PATTERN = r"[A-Za-z0-9]{1,32}"
 MAX_LOCAL_ID = 2**63 - 1
 
-_DESCRIPTOR = re.compile(
-    rf"({QUEUE_NAME_PATTERN}):s({SHARD_NAME_PATTERN}):p([0-9]{{1,3}}):([0-9]{{1,19}})",
-    re.ASCII,
-)
-_PREFIX = re.compile(
-    rf"({QUEUE_NAME_PATTERN}):s({SHARD_NAME_PATTERN}):p([0-9]{{1,3}})", re.ASCII)
+_PREFIX_PATTERN = rf"({QUEUE_NAME_PATTERN}):s({SHARD_NAME_PATTERN}):p([0-9]{{1,3}})"
+_DESCRIPTOR = re.compile(_PREFIX_PATTERN + r":([0-9]{1,19})", re.ASCII)
+_PREFIX = re.compile(_PREFIX_PATTERN, re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,21 +60,11 @@ def descriptor(queue: str, shard: str, priority: int, local_id: int) -> JobDescr
     return d
 
 
-def split_plain(text: object) -> tuple[str, str, int, int] | None:
-    """(queue, shard, priority, local id) of a well-formed descriptor, else None: a parse that
-    builds no object and no error message. Accepts exactly what `JobDescriptor.parse` accepts;
-    callers use `parse` for the error."""
-    split = split_local_id(text)
-    if split is None:
-        return None
-    where = split_prefix(split[0])
-    return None if where is None else (*where, split[1])
-
-
 def split_local_id(text: object) -> tuple[str, int] | None:
     """(`QUEUE:sSHARD:pPRIORITY` prefix, local id) of a descriptor whose local id part is
-    well-formed, else None; the prefix is unchecked (see `split_prefix`). The hot path's half
-    of `split_plain` (acks): one request's descriptors mostly share their prefix, so callers
+    well-formed, else None; the prefix is unchecked (`split_prefix`). Together they accept
+    exactly what `JobDescriptor.parse` accepts, without building an object or an error text:
+    the acks' hot path, where one request's descriptors mostly share their prefix, so callers
     check each distinct prefix once. A local id has no ':', so the last ':' ends the prefix."""
     if type(text) is not str:
         return None

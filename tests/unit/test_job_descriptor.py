@@ -6,7 +6,7 @@ import pytest
 
 from pinlater.errors import InvalidRequest
 from pinlater.job_descriptor import (
-    JobDescriptor, descriptor, split_local_id, split_plain, split_prefix,
+    JobDescriptor, descriptor, split_local_id, split_prefix,
 )
 
 TEXTS = [
@@ -20,27 +20,27 @@ TEXTS = [
 ]
 
 
+def split_both(text):
+    """The hot path's parse: local id split, then the prefix split."""
+    split = split_local_id(text)
+    where = None if split is None else split_prefix(split[0])
+    return None if where is None else (*where, split[1])
+
+
 @pytest.mark.parametrize("text", TEXTS)
-def test_split_plain_accepts_exactly_what_parse_accepts(text):
+def test_the_two_splits_accept_exactly_what_parse_accepts(text):
     try:
         parsed = JobDescriptor.parse(text)
     except InvalidRequest:
-        assert split_plain(text) is None
+        assert split_both(text) is None
         return
-    assert split_plain(text) == (parsed.queue, parsed.shard, parsed.priority, parsed.local_id)
-
-
-@pytest.mark.parametrize("text", TEXTS)
-def test_split_plain_is_the_local_id_split_then_the_prefix_split(text):
-    split = split_local_id(text)
-    where = None if split is None else split_prefix(split[0])
-    assert split_plain(text) == (None if where is None else (*where, split[1]))
+    assert split_both(text) == (parsed.queue, parsed.shard, parsed.priority, parsed.local_id)
 
 
 @pytest.mark.parametrize("value", [None, b"q:sr1:p1:1", 5, ["q:sr1:p1:1"]])
 def test_non_strings_are_not_split(value):
     assert split_local_id(value) is None
-    assert split_plain(value) is None
+    assert split_both(value) is None
 
 
 def test_descriptor_builds_the_same_frozen_value_as_the_dataclass():
