@@ -124,22 +124,27 @@ def _drain(shard, queue, claimed: list, errors: list, batch: int):
         errors.append(exc)
 
 
-def test_four_parallel_dequeuers_claim_each_of_2000_jobs_once_without_lock_waits(
-        shard, queue, server):
-    ids = []
-    for start in range(0, 2000, 500):
-        ids += enqueue(shard, queue, *[b"job-%d" % i for i in range(start, start + 500)])
-    waits_before = global_status(server, "Innodb_row_lock_waits")
+def drain_in_four_threads(shard, queue, batch: int) -> list[int]:
+    """Dequeue until empty from four threads at once; the local ids each claim returned."""
     claimed: list[int] = []
     errors: list[Exception] = []
-    threads = [threading.Thread(target=_drain, args=(shard, queue, claimed, errors, 25))
+    threads = [threading.Thread(target=_drain, args=(shard, queue, claimed, errors, batch))
                for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(90)
     assert errors == []
-    counts = Counter(claimed)
+    return claimed
+
+
+def test_four_parallel_dequeuers_claim_each_of_2000_jobs_once_without_lock_waits(
+        shard, queue, server):
+    ids = []
+    for start in range(0, 2000, 500):
+        ids += enqueue(shard, queue, *[b"job-%d" % i for i in range(start, start + 500)])
+    waits_before = global_status(server, "Innodb_row_lock_waits")
+    counts = Counter(drain_in_four_threads(shard, queue, 25))
     assert sorted(counts) == sorted(ids)
     assert max(counts.values()) == 1
     assert global_status(server, "Innodb_row_lock_waits") == waits_before
@@ -150,15 +155,7 @@ def test_without_skip_locked_the_update_limit_fallback_still_claims_each_job_onc
         shard, queue):
     ids = enqueue(shard, queue, *[b"j%d" % i for i in range(300)])
     force_capabilities(shard, skip_locked=False)
-    claimed: list[int] = []
-    errors: list[Exception] = []
-    threads = [threading.Thread(target=_drain, args=(shard, queue, claimed, errors, 20))
-               for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(90)
-    assert errors == []
+    claimed = drain_in_four_threads(shard, queue, 20)
     assert sorted(claimed) == sorted(ids)
     assert len(set(claimed)) == len(claimed)
 
