@@ -34,8 +34,9 @@ from typing import Any
 import pymysql
 
 from backends.mysql_pool import (
-    InstancePool, InstanceSettings, PoolRegistry, ServerInfo, translate,
+    InstancePool, InstanceSettings, ServerInfo, translate,
 )
+from backends.shared_pools import SharedPools
 from backends.sql_base import (
     MAX_ID_LIST, QueryBook, SQLDialect, SQLShard, _match_params, id_chunks, truncate_status,
 )
@@ -118,7 +119,8 @@ class MySQLBackend(Backend):
 
     def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
         super().__init__(options, limits)
-        self.pools = PoolRegistry()
+        self.pools: SharedPools[InstanceSettings, InstancePool] = SharedPools(
+            InstancePool.close)
         self._prefixes: dict[str, str] = {}
 
     @classmethod
@@ -176,10 +178,13 @@ class MySQLShard(SQLShard):
     dialect = MYSQL
     queries = QueryBook(MYSQL)
 
-    def __init__(self, spec: MySQLShardSpec, limits: StorageLimits, registry: PoolRegistry):
+    def __init__(self, spec: MySQLShardSpec, limits: StorageLimits,
+                 registry: SharedPools[InstanceSettings, InstancePool]):
         super().__init__(spec, limits)
         self._registry = registry
-        self._pool: InstancePool | None = registry.acquire(spec.settings())
+        settings = spec.settings()
+        self._pool: InstancePool | None = registry.acquire(settings,
+                                                           lambda: InstancePool(settings))
         self._db_prefix = f"{spec.database_prefix}_{spec.name}_"
         self._db_name = re.compile(re.escape(self._db_prefix) + r"([A-Za-z0-9_]+)", re.ASCII)
 
@@ -476,7 +481,7 @@ class MySQLShard(SQLShard):
     def close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
-            self._registry.release(pool)
+            self._registry.release(pool.settings, pool)
 
 
 def durability_problems(shard: str, flush: int, log_bin: bool, sync_binlog: int,

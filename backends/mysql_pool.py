@@ -120,7 +120,6 @@ class InstancePool:
 
     def __init__(self, settings: InstanceSettings):
         self.settings = settings
-        self.users = 0
         self._lock = threading.Lock()
         self._pool: PooledDB | None = None
         self._info: ServerInfo | None = None
@@ -169,38 +168,6 @@ class InstancePool:
             self.closed = True
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.close()
-
-
-class PoolRegistry:
-    """Instance pools keyed by connection settings, shared and reference-counted."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._pools: dict[InstanceSettings, InstancePool] = {}
-
-    def acquire(self, settings: InstanceSettings) -> InstancePool:
-        with self._lock:
-            pool = self._pools.get(settings)
-            if pool is None:
-                pool = self._pools[settings] = InstancePool(settings)
-            pool.users += 1
-            return pool
-
-    def release(self, pool: InstancePool) -> None:
-        """Drop one user; the last one closes the pool."""
-        with self._lock:
-            pool.users -= 1
-            if pool.users > 0:
-                return
-            if self._pools.get(pool.settings) is pool:
-                del self._pools[pool.settings]
-        pool.close()
-
-    def close(self) -> None:
-        with self._lock:
-            pools, self._pools = list(self._pools.values()), {}
-        for pool in pools:
             pool.close()
 
 

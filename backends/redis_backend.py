@@ -22,7 +22,6 @@ Choices worth knowing:
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,6 +32,7 @@ from redis.retry import Retry
 
 from backends import redis_keys as keys
 from backends.redis_scripts import Scripts
+from backends.shared_pools import SharedPools
 from pinlater.backend import Backend, BodyFilter, Shard, ShardSpec, StorageLimits
 from pinlater.config import ConfigError, _range, parse_shard_list
 from pinlater.errors import QueueNotFound, ShardError, StorageFull
@@ -80,8 +80,8 @@ class RedisBackend(Backend):
 
     def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
         super().__init__(options, limits)
-        self._lock = threading.Lock()
-        self._pools: dict[tuple, tuple[redis.ConnectionPool, int]] = {}
+        self._pools: SharedPools[tuple, redis.ConnectionPool] = SharedPools(
+            lambda pool: pool.disconnect())
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
@@ -99,25 +99,11 @@ class RedisBackend(Backend):
         blocks, and an unreachable shard shows up as ShardError on its first call or ping."""
         assert isinstance(spec, RedisShardSpec), spec
         key = spec.pool_key()
-        with self._lock:
-            pool, users = self._pools.get(key) or (_make_pool(spec), 0)
-            self._pools[key] = (pool, users + 1)
-        return RedisShard(spec, self.limits, pool, lambda: self._release(key))
-
-    def _release(self, key: tuple) -> None:
-        with self._lock:
-            pool, users = self._pools[key]
-            if users > 1:
-                self._pools[key] = (pool, users - 1)
-                return
-            del self._pools[key]
-        pool.disconnect()
+        pool = self._pools.acquire(key, lambda: _make_pool(spec))
+        return RedisShard(spec, self.limits, pool, lambda: self._pools.release(key, pool))
 
     def close(self) -> None:
-        with self._lock:
-            pools, self._pools = [p for p, _ in self._pools.values()], {}
-        for pool in pools:
-            pool.disconnect()
+        self._pools.close()
 
 
 def _make_pool(spec: RedisShardSpec) -> redis.ConnectionPool:
