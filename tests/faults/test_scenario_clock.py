@@ -9,20 +9,22 @@ why several servers sharing one SQLite data directory must share one host clock 
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
+import libfaketime
 import pytest
 
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 SKEW = "+600s"  # far past the claim timeout
 
 
 def skewed_env() -> dict[str, str]:
-    if shutil.which("faketime") is None or not LIBFAKETIME.exists():
-        pytest.fail("F9 needs libfaketime (Debian package faketime; .ci/run installs it)")
-    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": SKEW,
+    """LD_PRELOAD of the libfaketime that the `libfaketime` test dependency builds and ships
+    (no system package needed), shifting wall-clock time by SKEW and leaving monotonic time."""
+    _, env = libfaketime.get_reload_information()
+    library = Path(env["LD_LIBRARY_PATH"]) / env["LD_PRELOAD"]
+    assert library.is_file(), f"libfaketime did not install its library at {library}"
+    return {"LD_PRELOAD": str(library), "FAKETIME": SKEW,
             "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_NO_CACHE": "1"}
 
 
