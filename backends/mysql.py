@@ -40,11 +40,13 @@ from backends.shared_pools import SharedPools
 from backends.sql_base import (
     MAX_ID_LIST, QueryBook, SQLDialect, SQLShard, _match_params, id_chunks, truncate_status,
 )
-from pinlater.backend import Backend, ShardSpec, StorageLimits
-from pinlater.config import ConfigError, _range, parse_shard_list
-from pinlater.errors import QueueNotFound, ShardError
-from pinlater.job_descriptor import SHARD_NAME_PATTERN
-from pinlater.models import Ack, ClaimMatch, DequeuedJob, NewJob, new_dequeued_job
+from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
+from pinlater.common.sections import ConfigError, field_range as _range
+from pinlater.storage.specs import parse_shard_list
+from pinlater.errors import QueueNotFound
+from pinlater.storage.errors import ShardError
+from pinlater.storage.descriptors import SHARD_NAME_PATTERN
+from pinlater.storage.models import Ack, ClaimMatch, DequeuedJob, NewJob, new_dequeued_job
 
 MYSQL = SQLDialect(name="mysql", param_format="%({})s", quote_char="`")
 #: MySQL identifiers (database names) are at most 64 characters

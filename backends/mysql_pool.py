@@ -29,7 +29,8 @@ import pymysql
 from dbutils.pooled_db import PooledDB
 from pymysql.constants import CLIENT
 
-from pinlater.errors import QueueNotFound, ShardError, StorageFull
+from pinlater.errors import QueueNotFound
+from pinlater.storage.errors import ShardError, StorageFull
 
 SQL_MODE = ("STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,"
             "NO_ENGINE_SUBSTITUTION")

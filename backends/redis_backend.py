@@ -33,11 +33,20 @@ from redis.retry import Retry
 from backends import redis_keys as keys
 from backends.redis_scripts import Scripts
 from backends.shared_pools import SharedPools
-from pinlater.backend import Backend, BodyFilter, Shard, ShardSpec, StorageLimits
-from pinlater.config import ConfigError, _range, parse_shard_list
-from pinlater.errors import QueueNotFound, ShardError, StorageFull
-from pinlater.models import (
-    Ack, Checkpoint, DequeuedJob, JobRecord, JobState, NewJob, ReclaimCounts, ScanBound,
+from pinlater.storage.contract import Backend, BodyFilter, Shard, ShardSpec, StorageLimits
+from pinlater.common.sections import ConfigError, field_range as _range
+from pinlater.storage.specs import parse_shard_list
+from pinlater.errors import QueueNotFound
+from pinlater.storage.errors import ShardError, StorageFull
+from pinlater.storage.models import (
+    Ack,
+    Checkpoint,
+    DequeuedJob,
+    JobRecord,
+    JobState,
+    NewJob,
+    ReclaimCounts,
+    ScanBound,
     new_dequeued_job,
 )
 

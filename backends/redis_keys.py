@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 
-from pinlater.claims import CLAIM_SOURCE_OFFSET
+from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
 
 KEY_ROOT = "pl"
 RA_OFFSET = 10**15

@@ -31,11 +31,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pinlater.backend import BodyFilter, Shard
-from pinlater.claims import CLAIM_SOURCE_OFFSET
-from pinlater.models import (
-    Ack, Checkpoint, ClaimMatch, DequeuedJob, JobRecord, JobState, NewJob, ReclaimCounts,
-    ScanBound, new_dequeued_job,
+from pinlater.storage.contract import BodyFilter, Shard
+from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
+from pinlater.storage.models import (
+    Ack,
+    Checkpoint,
+    ClaimMatch,
+    DequeuedJob,
+    JobRecord,
+    JobState,
+    NewJob,
+    ReclaimCounts,
+    ScanBound,
+    new_dequeued_job,
 )
 
 QUERY_DIR = Path(__file__).parent / "queries"

@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from backends.sql_base import QueryBook, SQLDialect, SQLShard
-from pinlater.backend import Backend, ShardSpec, StorageLimits
-from pinlater.config import ConfigError, parse_shard_list
-from pinlater.errors import QueueNotFound, ShardError, StorageFull
+from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
+from pinlater.common.sections import ConfigError
+from pinlater.storage.specs import parse_shard_list
+from pinlater.errors import QueueNotFound
+from pinlater.storage.errors import ShardError, StorageFull
 
 SQLITE = SQLDialect(name="sqlite", param_format=":{}", quote_char='"')
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")

@@ -1,28 +1,47 @@
 """Composition root: builds the backend, the sharded store, the handler and background threads
-from one validated Config. The only place that picks a backend by name.
+from one validated Config. The only module that resolves a backend by name (`load_config` hands
+the registry to the config loader, so the backend validates its own section).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-
 import time
 
 from backends import backend_class
-from pinlater.admission import Admission, QueueSlots
+from pinlater import config as config_module
+from pinlater.server.admission import Admission
+from pinlater.ops.queue_slots import QueueSlots
 from pinlater.config import Config
-from pinlater.http_endpoint import MetricsServer, health_report
-from pinlater.janitor import Janitor, JanitorThread
-from pinlater.maintenance import MaintenanceThread, ShardMapWatcher
-from pinlater.metrics import DepthCollector, DepthThread, Metrics, live_gauges
-from pinlater.observer import OperatingObserver
-from pinlater.queue_config import QueueConfigWatcher, WatcherThread
-from pinlater.rate_limiter import QueueRateLimiter
-from pinlater.request_log import RequestLog
-from pinlater.service import PinLaterHandler, RequestObserver
-from pinlater.sharded import ShardedBackend
+from pinlater.server.http import MetricsServer, health_report
+from pinlater.ops.janitor import Janitor, JanitorThread
+from pinlater.ops.maintenance import MaintenanceThread, ShardMapWatcher
+from pinlater.ops.depth import DepthCollector, DepthThread
+from pinlater.ops.metrics import Metrics, live_gauges
+from pinlater.ops.observer import OperatingObserver
+from pinlater.ops.queue_settings import QueueConfigWatcher, WatcherThread, check_files
+from pinlater.ops.rate_limiter import QueueRateLimiter
+from pinlater.ops.request_log import RequestLog
+from pinlater.handler.handler import PinLaterHandler
+from pinlater.handler.observer import RequestObserver
+from pinlater.idl import PinLater
+from pinlater.storage.sharded import ShardedBackend
 
 log = logging.getLogger(__name__)
+
+
+def _check_queue_files(config: Config) -> list[str]:
+    """The per-queue settings and ServerSet files, read once so a bad one is reported before
+    the port is bound."""
+    if not (config.queue_config or config.server_set_file):
+        return []
+    return check_files(config.queue_config, config.server_set_file)
+
+
+#: `pinlater.config.load_config` with the backend registry and the operating checks
+load_config = functools.partial(config_module.load_config, resolve_backend=backend_class,
+                                checks=(_check_queue_files,))
 
 
 class NotDurable(Exception):
@@ -64,8 +83,6 @@ class App:
 
     def _build_operating(self, config: Config) -> None:
         """Metrics, per-queue rate limits (queue config + ServerSet) and admission caps."""
-        from pinlater.idl import PinLater
-
         self.metrics = Metrics()
         self.store.call_observer = self.metrics.shard_call
         self.limiter = QueueRateLimiter()

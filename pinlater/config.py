@@ -8,28 +8,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import types
+import ssl
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from pinlater.backend import ShardSpec, StorageLimits
+from pinlater.common.passwords import parse_password_hash
+from pinlater.common.sections import ConfigError, build_section, coerce, hint
+from pinlater.common.tls import server_context
+from pinlater.common.sections import field_range as _range
+from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
 
-
-class ConfigError(Exception):
-    """The configuration is invalid; `problems` lists every offending key with the reason."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
-        self.problems = problems
-
-
-def _range(lo: float | None = None, hi: float | None = None) -> dict:
-    return {"range": (lo, hi)}
+#: the composition root's registry: backend kind -> Backend class (KeyError naming the choices)
+BackendResolver = Callable[[str], type[Backend]]
+#: extra whole-config checks run by load_config (e.g. the per-queue settings files)
+ConfigCheck = Callable[["Config"], list[str]]
 
 
 @dataclass(frozen=True)
@@ -212,18 +209,22 @@ ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
 _SECTIONS = typing.get_type_hints(Config)
 
 
-def load_config(path: str | os.PathLike | None = None, *,
+def load_config(path: str | os.PathLike | None = None, *, resolve_backend: BackendResolver,
                 env: Mapping[str, str] | None = None,
-                overrides: Mapping[str, Mapping[str, Any] | Any] | None = None) -> Config:
+                overrides: Mapping[str, Mapping[str, Any] | Any] | None = None,
+                checks: tuple[ConfigCheck, ...] = ()) -> Config:
     """Build the validated Config from an optional YAML file, the environment and overrides.
 
     `overrides` has the file's shape (e.g. {"server": {"port": 9011}}); used for CLI flags.
-    Raises ConfigError listing every problem.
+    `resolve_backend(kind)` gives the Backend class that validates the `backend:` section (this
+    module imports no backend); each of `checks` adds the problems it finds in the built config.
+    Raises ConfigError listing every problem. Servers and tests call `pinlater.app.load_config`,
+    which supplies the registry and the operating checks.
     """
     raw: dict[str, Any] = {}
     problems: list[str] = []
     if path is not None:
-        raw = _read_yaml(Path(path), problems)
+        raw = read_yaml(Path(path), problems)
     _apply_env(raw, os.environ if env is None else env, problems)
     for section, values in (overrides or {}).items():
         if isinstance(values, Mapping):
@@ -231,13 +232,15 @@ def load_config(path: str | os.PathLike | None = None, *,
             raw[section] = {**(current if isinstance(current, dict) else {}), **values}
         else:
             raw[section] = values
-    config = _build_config(raw, problems)
+    config = _build_config(raw, problems, resolve_backend)
+    for check in checks:
+        problems.extend(check(config))
     if problems:
         raise ConfigError(problems)
     return config
 
 
-def _read_yaml(path: Path, problems: list[str]) -> dict[str, Any]:
+def read_yaml(path: Path, problems: list[str]) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -268,23 +271,23 @@ def _apply_env(raw: dict[str, Any], env: Mapping[str, str], problems: list[str])
         target[key] = env[var]
 
 
-def _build_config(raw: dict[str, Any], problems: list[str]) -> Config:
+def _build_config(raw: dict[str, Any], problems: list[str],
+                  resolve_backend: BackendResolver) -> Config:
     kwargs: dict[str, Any] = {}
     for key in raw:
         if key not in _SECTIONS:
             problems.append(f"{key}: unknown key (expected one of {', '.join(_SECTIONS)})")
     for name, cls in _SECTIONS.items():
         if name == "backend":  # always built: the backend supplies default shards
-            kwargs[name] = _build_backend(raw.get(name, {}), problems)
+            kwargs[name] = _build_backend(raw.get(name, {}), problems, resolve_backend)
         elif name not in raw:
             continue
         elif isinstance(cls, type) and dataclasses.is_dataclass(cls):
             kwargs[name] = build_section(cls, raw[name], name, problems)
         else:
-            kwargs[name] = _coerce(raw[name], _hint(Config, name), name, problems, None)
+            kwargs[name] = coerce(raw[name], hint(Config, name), name, problems, None)
     config = Config(**kwargs)
     if config.admin.password_hash:
-        from pinlater.passwords import parse_password_hash
         try:
             parse_password_hash(config.admin.password_hash)
         except ValueError as exc:
@@ -297,17 +300,13 @@ def _build_config(raw: dict[str, Any], problems: list[str]) -> Config:
 
 
 def _check_operating(config: Config, problems: list[str]) -> None:
-    """Cross-key checks of the operating settings, and the per-queue files read once here so
-    a bad file is reported before the port is bound."""
+    """Cross-key checks of the operating settings."""
     admission, workers = config.admission, config.server.worker_threads
     if admission.max_concurrent_dequeues and workers > 1 and (
             admission.max_concurrent_dequeues >= workers):
         problems.append(f"admission.max_concurrent_dequeues: {admission.max_concurrent_dequeues} "
                         f"must be below server.worker_threads ({workers}) so dequeues cannot "
                         "take every worker")
-    if config.queue_config or config.server_set_file:
-        from pinlater.queue_config import check_files  # lazy: it imports this module
-        problems.extend(check_files(config.queue_config, config.server_set_file))
 
 
 def _check_tls(tls: TlsConfig, problems: list[str]) -> None:
@@ -317,9 +316,6 @@ def _check_tls(tls: TlsConfig, problems: list[str]) -> None:
     if not tls.cert_file:
         problems.append("server.tls.cert_file: required when server.tls.enabled is true")
         return
-    from pinlater.tls import server_context
-    import ssl
-
     try:
         server_context(tls.cert_file, tls.key_file, None)
     except (OSError, ssl.SSLError) as exc:
@@ -333,9 +329,10 @@ def _check_tls(tls: TlsConfig, problems: list[str]) -> None:
                             f"{exc}")
 
 
-def _build_backend(raw: Any, problems: list[str]) -> BackendConfig:
-    from backends import backend_class  # lazy: the registry imports backends on demand
-
+def _build_backend(raw: Any, problems: list[str],
+                   resolve_backend: BackendResolver) -> BackendConfig:
+    """The backend section, validated by the Backend class of its kind (the storage contract's
+    `parse_options` / `parse_shards`)."""
     if not isinstance(raw, dict):
         problems.append("backend: must be a mapping")
         return BackendConfig()
@@ -343,11 +340,11 @@ def _build_backend(raw: Any, problems: list[str]) -> BackendConfig:
     kind = str(raw.pop("kind", "sqlite"))
     shard_map_file = raw.pop("shard_map_file", None)
     shards_raw = raw.pop("shards", None)
-    require_durable = _coerce(raw.pop("require_durable", False), bool,
+    require_durable = coerce(raw.pop("require_durable", False), bool,
                               "backend.require_durable", problems, None)
     require_durable = require_durable is True
     try:
-        cls = backend_class(kind)
+        cls = resolve_backend(kind)
     except KeyError as exc:
         problems.append(f"backend.kind: {exc.args[0]}")
         return BackendConfig()
@@ -367,7 +364,7 @@ def _build_backend(raw: Any, problems: list[str]) -> BackendConfig:
 def read_shard_map(path: str) -> Any:
     """The `shards:` list of a shard map file (raises ConfigError naming the file)."""
     problems: list[str] = []
-    data = _read_yaml(Path(path), problems)
+    data = read_yaml(Path(path), problems)
     if problems:
         raise ConfigError(problems)
     if "shards" not in data:
@@ -375,122 +372,3 @@ def read_shard_map(path: str) -> Any:
     return data["shards"]
 
 
-def build_section(cls: type, raw: Any, path: str, problems: list[str]) -> Any:
-    """Build frozen dataclass `cls` from a mapping, checking types, ranges and unknown keys."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        problems.append(f"{path}: must be a mapping")
-        return cls()
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    for key in raw:
-        if key not in known:
-            problems.append(f"{path}.{key}: unknown key (expected one of {', '.join(known)})")
-    kwargs = {}
-    for name, fld in known.items():
-        if name in raw and dataclasses.is_dataclass(_hint(cls, name)):  # a nested section
-            kwargs[name] = build_section(_hint(cls, name), raw[name], f"{path}.{name}", problems)
-        elif name in raw:
-            value = _coerce(raw[name], _hint(cls, name), f"{path}.{name}", problems,
-                            fld.metadata.get("range"))
-            if value is not _INVALID:
-                kwargs[name] = value
-    return cls(**kwargs)
-
-
-_INVALID = object()
-
-
-def _hint(cls: type, name: str) -> Any:
-    return typing.get_type_hints(cls)[name]
-
-
-def _coerce(value: Any, hint: Any, path: str, problems: list[str],
-            bounds: tuple[float | None, float | None] | None) -> Any:
-    """Coerce YAML/env text to the annotated type; append a problem and return _INVALID if not."""
-    optional = isinstance(hint, types.UnionType) and type(None) in hint.__args__
-    base = next((a for a in hint.__args__ if a is not type(None)), str) if optional else hint
-    if value is None or (optional and value == ""):
-        if optional:
-            return None
-        problems.append(f"{path}: must not be empty")
-        return _INVALID
-    try:
-        result = _convert(value, base)
-    except (TypeError, ValueError):
-        problems.append(f"{path}: expected {getattr(base, '__name__', base)}, got {value!r}")
-        return _INVALID
-    if bounds is not None:
-        lo, hi = bounds
-        if (lo is not None and result < lo) or (hi is not None and result > hi):
-            problems.append(f"{path}: {result!r} is outside {lo}..{hi}")
-            return _INVALID
-    return result
-
-
-def _convert(value: Any, base: Any) -> Any:
-    if base is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("true", "yes", "on", "1"):
-            return True
-        if text in ("false", "no", "off", "0"):
-            return False
-        raise ValueError(value)
-    if base is int:
-        if isinstance(value, bool):
-            raise TypeError(value)
-        if isinstance(value, int):
-            return value
-        text = str(value).strip()
-        if not text.isascii() or not text.lstrip("-").isdigit():
-            raise ValueError(value)
-        return int(text)
-    if base is float:
-        if isinstance(value, bool):
-            raise TypeError(value)
-        if isinstance(value, (int, float)):
-            return float(value)
-        text = str(value).strip()
-        if not text.isascii():
-            raise ValueError(value)
-        return float(text)
-    if base is str:
-        if isinstance(value, (dict, list)):
-            raise TypeError(value)
-        return str(value)
-    raise TypeError(f"unsupported config type {base}")
-
-
-def parse_shard_list(spec_cls: type, raw: Any, path: str,
-                     default: list[dict] | None = None) -> list[ShardSpec]:
-    """Build a list of `spec_cls` shard specs from YAML, checking names are valid and unique.
-
-    `default` is used when the list is absent (e.g. one local SQLite shard). Raises ConfigError.
-    """
-    from pinlater.job_descriptor import SHARD_NAME_PATTERN
-    import re
-
-    problems: list[str] = []
-    if raw is None and default is not None:
-        raw = default
-    if not isinstance(raw, list) or not raw:
-        raise ConfigError([f"{path}: must be a non-empty list of shards"])
-    specs = []
-    for i, entry in enumerate(raw):
-        where = f"{path}[{i}]"
-        if isinstance(entry, Mapping) and "name" in entry:
-            entry = {**entry, "name": str(entry["name"])}
-            if not re.fullmatch(SHARD_NAME_PATTERN, entry["name"], re.ASCII):
-                problems.append(f"{where}.name: {entry['name']!r} must be 1-32 ASCII letters "
-                                "or digits")
-        elif isinstance(entry, Mapping):
-            problems.append(f"{where}.name: missing")
-        specs.append(build_section(spec_cls, entry, where, problems))
-    names = [spec.name for spec in specs]
-    for name in sorted({n for n in names if names.count(n) > 1}):
-        problems.append(f"{path}: shard name {name!r} is used more than once")
-    if problems:
-        raise ConfigError(problems)
-    return specs

@@ -89,24 +89,3 @@ def error_for_code(code: int, message: str) -> PinLaterError:
     if cls is QueueNotFound:
         err.queue = message.rsplit(": ", 1)[-1]
     return err
-
-
-# ---- errors raised by storage shards (never sent to clients as such) ----
-
-
-class ShardError(Exception):
-    """A storage shard failed. `retriable` errors (lost connection, deadlock, lock wait) may be
-    retried by the sharded layer; the others are reported after the first try."""
-
-    def __init__(self, shard: str, message: str, *, retriable: bool = True,
-                 timed_out: bool = False):
-        super().__init__(f"shard {shard}: {message}")
-        self.shard = shard
-        self.retriable = retriable
-        #: the storage did not answer within its socket timeout: the shard is treated as down
-        #: at once (retrying would only stall the request for another timeout)
-        self.timed_out = timed_out
-
-
-class StorageFull(Exception):
-    """The storage refused a write for lack of space or memory (Redis noeviction, disk full)."""

@@ -29,9 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from backends.mysql import MySQLBackend  # noqa: E402
-from pinlater.backend import StorageLimits  # noqa: E402
-from pinlater.claims import new_claim  # noqa: E402
-from pinlater.models import Ack, ClaimMatch, NewJob  # noqa: E402
+from pinlater.storage.contract import StorageLimits  # noqa: E402
+from pinlater.storage.claims import new_claim  # noqa: E402
+from pinlater.storage.models import Ack, ClaimMatch, NewJob  # noqa: E402
 from tests.support.mysql_env import MariaDBServer  # noqa: E402
 from tests.support.server_process import ServerProcess  # noqa: E402
 

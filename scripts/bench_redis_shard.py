@@ -20,9 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.redis_backend import RedisBackend, RedisShardSpec  # noqa: E402
-from pinlater.backend import StorageLimits  # noqa: E402
-from pinlater.claims import new_claim  # noqa: E402
-from pinlater.models import Ack, ClaimMatch, NewJob  # noqa: E402
+from pinlater.storage.contract import StorageLimits  # noqa: E402
+from pinlater.storage.claims import new_claim  # noqa: E402
+from pinlater.storage.models import Ack, ClaimMatch, NewJob  # noqa: E402
 from tests.support.redis_env import RedisServer  # noqa: E402
 
 BATCH = 100

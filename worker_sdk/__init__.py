@@ -17,7 +17,7 @@ from worker_sdk.models import (
 )
 from worker_sdk.job import FailJob, JobContext, RetryJob
 from worker_sdk.retry import ConstantRetry, ExponentialRetry, FunctionRetry, RetryPolicy
-from worker_sdk.serverset import ServerSetError
+from pinlater.common.serverset import ServerSetError
 from worker_sdk.worker import Worker, WorkerStats
 
 __all__ = [

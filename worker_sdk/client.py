@@ -42,7 +42,7 @@ from thriftpy2.thrift import TApplicationException, TDecodeException
 from thriftpy2.transport import TTransportException
 
 from pinlater.idl import CONTINUATION_END, CONTINUATION_START, PinLaterException
-from pinlater.tls import as_client_context
+from pinlater.common.tls import as_client_context
 from pinlater.idl import pinlater_thrift as wire
 from worker_sdk.errors import (
     RETRYABLE_SERVER_CODES,
@@ -63,7 +63,7 @@ from worker_sdk.models import (
     job_to_wire,
 )
 from worker_sdk.pool import EndpointPool
-from worker_sdk.serverset import Endpoint, format_endpoint, server_source
+from pinlater.common.serverset import Endpoint, format_endpoint, server_source
 
 _TRANSPORT_ERRORS = (TTransportException, TProtocolException, TDecodeException, OSError,
                      EOFError)

@@ -26,7 +26,7 @@ from thriftpy2.thrift import TClient
 from thriftpy2.transport import TFramedTransportFactory, TSocket, TSSLSocket
 
 from pinlater.idl import PinLater
-from worker_sdk.serverset import Endpoint
+from pinlater.common.serverset import Endpoint
 
 _TRANSPORTS = TFramedTransportFactory()  # the Cython framed transport
 _PROTOCOLS = TBinaryProtocolFactory()  # the Cython binary protocol, strict read/write

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from pinlater.idl import pinlater_thrift as t
-from pinlater.janitor import Janitor
+from pinlater.ops.janitor import Janitor
 from pinlater.config import JanitorConfig
 
 WORKER = "worker:host1"

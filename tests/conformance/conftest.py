@@ -14,8 +14,8 @@ import os
 import pytest
 
 from pinlater.app import App
-from pinlater.config import load_config
-from pinlater.passwords import hash_password
+from pinlater.app import load_config
+from pinlater.common.passwords import hash_password
 from tests.conformance.api import ADMIN_PASSWORD, Api
 from tests.conformance.wire import loopback_client
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from backends.mysql import MySQLBackend
-from pinlater.backend import StorageLimits
+from pinlater.storage.contract import StorageLimits
 from pinlater.errors import PinLaterError
-from pinlater.job_descriptor import JobDescriptor
-from pinlater.models import Ack, ClaimMatch, JobState, NewJob
-from pinlater.sharded import ShardedBackend
+from pinlater.storage.descriptors import JobDescriptor
+from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
+from pinlater.storage.sharded import ShardedBackend
 from tests.support import mysql_env
 
 BATCH = 10

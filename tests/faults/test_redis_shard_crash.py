@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from backends.redis_backend import RedisBackend, RedisShardSpec
-from pinlater.backend import StorageLimits
-from pinlater.claims import new_claim
-from pinlater.errors import QueueNotFound, ShardError
-from pinlater.models import Ack, ClaimMatch, JobState, NewJob
+from pinlater.storage.contract import StorageLimits
+from pinlater.storage.claims import new_claim
+from pinlater.errors import QueueNotFound
+from pinlater.storage.errors import ShardError
+from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from tests.support import redis_env
 
 BATCH = 20

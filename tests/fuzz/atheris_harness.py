@@ -19,12 +19,12 @@ from pathlib import Path
 from thriftpy2.thrift import TApplicationException, TMessageType
 
 from pinlater.app import App
-from pinlater.config import load_config
+from pinlater.app import load_config
 from pinlater.idl import PinLater
-from pinlater.server_loop import Rejections
-from pinlater.server import dispatcher
-from pinlater.server_wirecheck import WireError, check_args
-from pinlater.transport import MalformedRequest
+from pinlater.server.loop import Rejections
+from pinlater.main import dispatcher
+from pinlater.server.wirecheck import WireError, check_args
+from pinlater.server.transport import MalformedRequest
 from tests.fuzz.wire import header
 from tests.support.server_process import decode_reply
 

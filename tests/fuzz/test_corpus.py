@@ -196,7 +196,7 @@ def test_rejections_are_counted_by_reason(fuzz_server):
     for reason in ("frame_length", "malformed", "truncated", "too_deep", "too_many_items",
                    "bad_utf8", "bad_type"):
         assert counts.get(reason, 0) >= 1, (reason, counts)
-    assert set(counts) <= set(__import__("pinlater.server_loop").server_loop.REJECT_REASONS)
+    assert set(counts) <= set(__import__("pinlater.server.loop").server.loop.REJECT_REASONS)
 
 
 @pytest.mark.parametrize("case_id,data,expect", CORPUS, ids=[c[0] for c in CORPUS])

@@ -19,9 +19,9 @@ import pytest
 
 from pinlater.config import ServerConfig
 from pinlater.idl import PinLater, PinLaterException, pinlater_thrift
-from pinlater.server import bind
-from pinlater.server_loop import Server
-from pinlater.transport import Dispatcher
+from pinlater.main import bind
+from pinlater.server.loop import Server
+from pinlater.server.transport import Dispatcher
 from tests.support.server_process import ServerProcess, admin_config
 
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pinlater.cli import EXIT_OK, EXIT_SERVER, main
+from pinlater.cli.main import EXIT_OK, EXIT_SERVER, main
 from tests.support.server_process import ADMIN_PASSWORD, REPO_ROOT
 
 _names = itertools.count()

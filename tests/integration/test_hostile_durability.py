@@ -51,7 +51,8 @@ def test_require_durable_starts_on_durable_redis(tmp_path):
 
 
 def test_require_durable_must_be_a_bool(tmp_path):
-    from pinlater.config import ConfigError, load_config
+    from pinlater.common.sections import ConfigError
+    from pinlater.app import load_config
 
     with pytest.raises(ConfigError) as info:
         load_config(overrides={"backend": {"require_durable": "sometimes"}})

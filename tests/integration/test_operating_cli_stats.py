@@ -7,7 +7,7 @@ import io
 import json
 import time
 
-from pinlater.cli import main
+from pinlater.cli.main import main
 from pinlater.idl import RequestContext, pinlater_thrift as T
 from tests.support.operating import OperatingServer
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from pinlater.config import load_config
-from pinlater.server import flag_overrides, parse_args
+from pinlater.app import load_config
+from pinlater.main import flag_overrides, parse_args
 
 
 def test_flags_override_environment_which_overrides_the_file(tmp_path):

@@ -1,4 +1,4 @@
-"""The real `python -m pinlater.server` process on the SQLite backend, over the socket.
+"""The real `python -m pinlater` process on the SQLite backend, over the socket.
 
 Each test starts its own throwaway server (port 0, data dir under tmp_path) with short timeouts.
 """
@@ -241,7 +241,7 @@ def test_no_arguments_serves_sqlite_from_pinlater_data_in_the_working_dir(tmp_pa
     env.update(PYTHONPATH=str(REPO_ROOT), PINLATER_METRICS_PORT="0", PINLATER_PORT="0")
     log_path = tmp_path / "server.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "pinlater.server"], cwd=tmp_path,
+        proc = subprocess.Popen([sys.executable, "-m", "pinlater"], cwd=tmp_path,
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 20

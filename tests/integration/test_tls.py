@@ -14,8 +14,10 @@ import warnings
 
 import pytest
 
-from pinlater.config import ConfigError, TlsConfig, load_config
-from pinlater.tls import client_context
+from pinlater.common.sections import ConfigError
+from pinlater.config import TlsConfig
+from pinlater.app import load_config
+from pinlater.common.tls import client_context
 from tests.fuzz.certs import OPENSSL, make_certs
 from tests.integration.conftest import run_inproc
 from tests.support.server_process import RawFrameClient, ServerProcess, encode_call
@@ -197,7 +199,7 @@ def test_server_process_serves_tls_from_its_yaml_config(certs, tmp_path):
 def test_cli_talks_tls_with_a_ca_file_and_fails_clearly_without_it(certs):
     import io
 
-    from pinlater import cli
+    from pinlater.cli import main as cli
 
     with run_inproc(**tls_settings(certs)) as server:
         base = ["--port", str(server.port), "--timeout", "3", "--retries", "0"]

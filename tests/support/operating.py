@@ -19,11 +19,11 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from pinlater.app import App
-from pinlater.config import load_config
+from pinlater.app import load_config
 from pinlater.idl import PinLater
-from pinlater.server import bind
-from pinlater.server_loop import Server
-from pinlater.transport import Dispatcher
+from pinlater.main import bind
+from pinlater.server.loop import Server
+from pinlater.server.transport import Dispatcher
 from tests.support.server_process import free_port, make_thrift_client
 
 

@@ -4,7 +4,7 @@
         client = server.client()
         client.createQueue(RequestContext(source="t"), "q")
 
-The server is started as `python -m pinlater.server --config FILE --port 0` with its data dir
+The server is started as `python -m pinlater --config FILE --port 0` with its data dir
 (SQLite) under the given tmp dir. The actual port is read from the server's start log line
 (`listening on HOST:PORT`), then the helper waits (bounded) until a TCP connect succeeds. On any
 start failure the error message includes the server's log output.
@@ -46,7 +46,7 @@ ADMIN_PASSWORD = "integration-admin"
 
 def admin_config() -> dict[str, Any]:
     """Server config for tests: janitor off, deleteQueue allowed with ADMIN_PASSWORD."""
-    from pinlater.passwords import hash_password
+    from pinlater.common.passwords import hash_password
 
     return {"janitor": {"enabled": False},
             "admin": {"password_hash": hash_password(ADMIN_PASSWORD, iterations=1000)}}
@@ -58,7 +58,7 @@ class ServerStartError(RuntimeError):
 
 
 class ServerProcess:
-    """A `python -m pinlater.server` subprocess with its own config file and data dir.
+    """A `python -m pinlater` subprocess with its own config file and data dir.
 
     `config` is the YAML config as a dict (copied; `metrics.port` defaults to 0). `data_dir`
     defaults to `tmp_dir/data` for the sqlite backend and is passed as --data-dir; other
@@ -90,7 +90,7 @@ class ServerProcess:
 
     # ---- lifecycle ----
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "pinlater.server", "--config", str(self.config_path),
+        cmd = [sys.executable, "-m", "pinlater", "--config", str(self.config_path),
                "--port", str(self.requested_port)]
         if self.data_dir is not None:
             cmd += ["--data-dir", str(self.data_dir)]

@@ -40,8 +40,8 @@ def sharded_store(tmp_dir: pathlib.Path, *, num_priorities: int, retries: int,
     import random
 
     from backends.sqlite import SQLiteBackend
-    from pinlater.backend import StorageLimits
-    from pinlater.sharded import ShardedBackend
+    from pinlater.storage.contract import StorageLimits
+    from pinlater.storage.sharded import ShardedBackend
 
     options = SQLiteBackend.parse_options({"data_dir": str(tmp_dir)}, "backend")
     specs = SQLiteBackend.parse_shards([{"name": "a"}, {"name": "b"}], options, "shards")

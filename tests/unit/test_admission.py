@@ -7,7 +7,8 @@ import random
 import struct
 import threading
 
-from pinlater.admission import DEQUEUE, Admission, QueueSlots, is_dequeue, method_and_seqid
+from pinlater.server.admission import DEQUEUE, Admission, is_dequeue, method_and_seqid
+from pinlater.ops.queue_slots import QueueSlots
 from pinlater.idl import PinLater, RequestContext, pinlater_thrift as T
 from tests.support.server_process import decode_reply, encode_call
 

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from pinlater import cli_format as fmt
-from pinlater.cli import EXIT_CONNECTION, EXIT_USAGE, main, parse_args
-from pinlater.cli_load import Stats, format_report, percentile
+from pinlater.cli import format as fmt
+from pinlater.cli.main import EXIT_CONNECTION, EXIT_USAGE, main, parse_args
+from pinlater.cli.load import Stats, format_report, percentile
 from worker_sdk.models import DequeuedJob, JobInfo, JobState
 
 
@@ -165,7 +165,7 @@ class _Terminal(io.StringIO):
 
 
 def test_load_run_issues_exactly_num_queries_across_threads_and_redraws_on_a_tty():
-    from pinlater.cli_load import LoadOptions, LoadRun
+    from pinlater.cli.load import LoadOptions, LoadRun
 
     def worker(run):
         while run.claim_query():
@@ -184,7 +184,7 @@ def test_load_run_issues_exactly_num_queries_across_threads_and_redraws_on_a_tty
 
 
 def test_load_run_stops_at_the_duration_and_reports_worker_errors():
-    from pinlater.cli_load import LoadOptions, LoadRun
+    from pinlater.cli.load import LoadOptions, LoadRun
     from pinlater.errors import QueueNotFound
 
     def worker(run):

@@ -7,8 +7,8 @@ import io
 
 import pytest
 
-from pinlater.cli import main
-from pinlater.passwords import hash_password, parse_password_hash, verify_password
+from pinlater.cli.main import main
+from pinlater.common.passwords import hash_password, parse_password_hash, verify_password
 
 
 def test_hash_has_the_documented_format_and_verifies():

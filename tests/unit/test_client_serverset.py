@@ -6,8 +6,13 @@ import os
 
 import pytest
 
-from worker_sdk.serverset import (
-    ServerList, ServerSetError, ServerSetFile, parse_endpoint, parse_serverset, server_source,
+from pinlater.common.serverset import (
+    ServerList,
+    ServerSetError,
+    ServerSetFile,
+    parse_endpoint,
+    parse_serverset,
+    server_source,
 )
 
 

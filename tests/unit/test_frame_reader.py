@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pinlater.transport import FrameReader, FrameTimeout, frame, set_timeout
+from pinlater.server.transport import FrameReader, FrameTimeout, frame, set_timeout
 
 
 class CountingSocket:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pinlater.errors import InvalidRequest
-from pinlater.job_descriptor import (
-    JobDescriptor, descriptor, split_local_id, split_prefix,
-)
+from pinlater.storage.descriptors import JobDescriptor, descriptor, split_local_id, split_prefix
 
 TEXTS = [
     "q:sr1:p1:100", "a_B9:sX9:p123:0", "q:s" + "a" * 32 + ":p1:1", "q:s" + "a" * 33 + ":p1:1",

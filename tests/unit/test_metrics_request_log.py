@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from pinlater import request_log
+from pinlater.handler import context
+from pinlater.ops import request_log
 from pinlater.idl import RequestContext
-from pinlater.metrics import NO_QUEUE, Metrics
-from pinlater.request_log import RequestLog
+from pinlater.ops.metrics import NO_QUEUE, Metrics
+from pinlater.ops.request_log import RequestLog
 
 
 class Clock:
@@ -25,13 +26,13 @@ def make_log(caplog, per_minute=3):
 
 def test_success_is_one_debug_line_and_an_error_one_warning_with_all_fields(caplog):
     rlog, _ = make_log(caplog)
-    request_log.set_peer("10.0.0.1:5555")
+    context.set_peer("10.0.0.1:5555")
     try:
         rlog.record("enqueueJobs", RequestContext(source="w1", requestId="r-1"), "q", "ok", 0.002)
         rlog.record("dequeueJobs", RequestContext(source="w1", requestId="r-2"), "q",
                     "QUEUE_NOT_FOUND", 0.001, "Queue not found: q")
     finally:
-        request_log.set_peer(None)
+        context.set_peer(None)
     debug, warning = caplog.records
     assert debug.levelno == logging.DEBUG and "method=enqueueJobs" in debug.getMessage()
     text = warning.getMessage()
@@ -53,16 +54,16 @@ def test_warnings_are_rate_limited_per_peer_and_report_what_was_dropped(caplog):
     rlog, clock = make_log(caplog, per_minute=3)
     ctx = RequestContext(source="noisy")
     for peer in ("10.0.0.1:1", "10.0.0.1:2"):  # same host, new connection: same budget
-        request_log.set_peer(peer)
+        context.set_peer(peer)
         for _ in range(5):
             rlog.record("dequeueJobs", ctx, "q", "DEQUEUE_RATE_LIMITED", 0.0)
-    request_log.set_peer("10.0.0.2:1")  # another client is not affected
+    context.set_peer("10.0.0.2:1")  # another client is not affected
     rlog.record("dequeueJobs", ctx, "q", "DEQUEUE_RATE_LIMITED", 0.0)
     assert len(caplog.records) == 4
     clock.now += 61
-    request_log.set_peer("10.0.0.1:3")
+    context.set_peer("10.0.0.1:3")
     rlog.record("dequeueJobs", ctx, "q", "DEQUEUE_RATE_LIMITED", 0.0)
-    request_log.set_peer(None)
+    context.set_peer(None)
     assert "(7 earlier warnings from this client suppressed)" in caplog.records[-1].getMessage()
 
 
@@ -71,9 +72,9 @@ def test_peer_table_stays_bounded(monkeypatch, caplog):
     rlog, clock = make_log(caplog)
     for i in range(500):
         clock.now += 0.001
-        request_log.set_peer(f"10.0.{i // 256}.{i % 256}:1")
+        context.set_peer(f"10.0.{i // 256}.{i % 256}:1")
         rlog.record("getQueueNames", RequestContext(source="s"), None, "UNKNOWN", 0.0)
-    request_log.set_peer(None)
+    context.set_peer(None)
     assert len(rlog._peers) <= 50
 
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from pinlater.models import Ack, ClaimMatch, DequeuedJob, new_ack, new_dequeued_job
+from pinlater.storage.models import Ack, ClaimMatch, DequeuedJob, new_ack, new_dequeued_job
 
 
 def test_new_ack_builds_the_same_frozen_value_as_the_dataclass():

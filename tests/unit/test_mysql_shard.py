@@ -16,11 +16,12 @@ import pytest
 
 from backends.mysql import MySQLBackend, MySQLShard, durability_problems
 from backends.mysql_pool import translate
-from pinlater.backend import StorageLimits
-from pinlater.claims import new_claim
-from pinlater.config import ConfigError
-from pinlater.errors import QueueNotFound, ShardError, StorageFull
-from pinlater.models import Ack, ClaimMatch, JobState, NewJob
+from pinlater.storage.contract import StorageLimits
+from pinlater.storage.claims import new_claim
+from pinlater.common.sections import ConfigError
+from pinlater.errors import QueueNotFound
+from pinlater.storage.errors import ShardError, StorageFull
+from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from tests.support import mysql_env
 
 SOURCE = "worker:unit"
@@ -399,7 +400,7 @@ def test_create_queue_is_idempotent_and_creates_missing_priority_tables(backend,
 
 
 def test_priority_tables_added_to_the_config_later_are_created_on_first_use(server):
-    from pinlater.sharded import ShardedBackend
+    from pinlater.storage.sharded import ShardedBackend
 
     small = MySQLBackend({}, StorageLimits(num_priorities=2))
     shard = open_shard(small, server)
@@ -492,7 +493,7 @@ def test_dequeue_only_is_not_part_of_the_connection_key(server):
 
 
 def test_hot_reload_reuses_shards_when_only_dequeue_only_changes(server):
-    from pinlater.sharded import ShardedBackend
+    from pinlater.storage.sharded import ShardedBackend
 
     backend = MySQLBackend({}, StorageLimits())
     store = ShardedBackend(backend, parse([server.shard("1", databases_per_queue=2)]),
@@ -529,7 +530,7 @@ def test_invalid_shard_maps_are_rejected_with_the_key_path(entries, problem):
 
 
 def test_shipped_local_config_parses():
-    from pinlater.config import load_config
+    from pinlater.app import load_config
     config = load_config("configs/mysql.local.yaml", env={})
     assert config.backend.kind == "mysql"
     assert [s.name for s in config.backend.shards] == ["1"]

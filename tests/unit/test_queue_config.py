@@ -7,10 +7,9 @@ import json
 
 import pytest
 
-from pinlater.config import ConfigError, load_config
-from pinlater.queue_config import (
-    QueueConfigWatcher, parse_queue_config, read_server_count,
-)
+from pinlater.common.sections import ConfigError
+from pinlater.app import load_config
+from pinlater.ops.queue_settings import QueueConfigWatcher, parse_queue_config, read_server_count
 
 
 def parse(text: str):

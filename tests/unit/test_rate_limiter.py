@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pinlater.rate_limiter import QueueRateLimiter, TokenBucket
+from pinlater.ops.rate_limiter import QueueRateLimiter, TokenBucket
 
 
 class Clock:

@@ -15,11 +15,13 @@ import pytest
 
 from backends import redis_keys
 from backends.redis_backend import RedisBackend, RedisShardSpec
-from pinlater.backend import StorageLimits
-from pinlater.claims import new_claim
-from pinlater.config import ConfigError, load_config
-from pinlater.errors import PinLaterError, QueueNotFound, ShardError, StorageFull
-from pinlater.models import Ack, Checkpoint, ClaimMatch, JobState, NewJob, ScanBound
+from pinlater.storage.contract import StorageLimits
+from pinlater.storage.claims import new_claim
+from pinlater.common.sections import ConfigError
+from pinlater.app import load_config
+from pinlater.errors import PinLaterError, QueueNotFound
+from pinlater.storage.errors import ShardError, StorageFull
+from pinlater.storage.models import Ack, Checkpoint, ClaimMatch, JobState, NewJob, ScanBound
 from tests.support import redis_env
 
 SOURCE = "worker:host1"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pinlater.cli_load import _decide
+from pinlater.cli.load import _decide
 from pinlater.idl import pinlater_thrift as wire
 from worker_sdk.models import AckInfo, DequeuedJob, ack_to_wire, dequeued_jobs
 

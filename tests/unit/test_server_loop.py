@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from pinlater import server_loop
-from pinlater.server_loop import worker_slots
+from pinlater.server import loop as server_loop
+from pinlater.server.loop import worker_slots
 
 
 def test_worker_slots_admit_at_most_count_holders_like_a_semaphore():

@@ -7,11 +7,11 @@ import itertools
 
 import pytest
 
-from pinlater import validation
-from pinlater.config import load_config
+from pinlater.handler import validation
+from pinlater.app import load_config
 from pinlater.errors import PinLaterError
 from pinlater.idl import pinlater_thrift as T
-from pinlater.service import PinLaterHandler, _PlainAcks
+from pinlater.handler.handler import PinLaterHandler, _PlainAcks
 
 SOURCE = "worker:host1"
 

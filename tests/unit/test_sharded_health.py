@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from pinlater.errors import ShardConnectionFailed, ShardError
-from pinlater.models import NewJob
+from pinlater.errors import ShardConnectionFailed
+from pinlater.storage.errors import ShardError
+from pinlater.storage.models import NewJob
 from tests.support.sqlite_env import sharded_store
 
 

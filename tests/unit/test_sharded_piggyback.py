@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pinlater.errors import QueueNotFound, ShardError
-from pinlater.models import Ack, ClaimMatch, JobState, NewJob
+from pinlater.errors import QueueNotFound
+from pinlater.storage.errors import ShardError
+from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from tests.support.sqlite_env import sharded_store
 
 SOURCE = "w:1"

@@ -12,11 +12,13 @@ import pytest
 
 from backends.sql_base import QueryBook, SQLDialect, parse_named_queries
 from backends.sqlite import SQLITE, SQLiteBackend, SQLiteShardSpec
-from pinlater.backend import StorageLimits
-from pinlater.claims import new_claim
-from pinlater.config import ConfigError, load_config
-from pinlater.errors import InvalidRequest, QueueNotFound, ShardError
-from pinlater.models import Ack, Checkpoint, ClaimMatch, JobState, NewJob, ScanBound
+from pinlater.storage.contract import StorageLimits
+from pinlater.storage.claims import new_claim
+from pinlater.common.sections import ConfigError
+from pinlater.app import load_config
+from pinlater.errors import InvalidRequest, QueueNotFound
+from pinlater.storage.errors import ShardError
+from pinlater.storage.models import Ack, Checkpoint, ClaimMatch, JobState, NewJob, ScanBound
 
 T0 = 1_700_000_000.0
 T0_MS = int(T0 * 1000)

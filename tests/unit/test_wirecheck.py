@@ -7,7 +7,7 @@ import time
 import pytest
 
 from pinlater.idl import PinLater
-from pinlater.server_wirecheck import WireError, WireLimits, check_args, check_struct
+from pinlater.server.wirecheck import WireError, WireLimits, check_args, check_struct
 from tests.fuzz.wire import (
     I32, I64, LIST, MAP, SET, STRING, STRUCT, context, field, i32, list_, request, string,
     struct_, valid_calls,

@@ -32,16 +32,23 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pinlater import request_log, tls
+from pinlater.handler import context
+from pinlater.server import tls
 from pinlater.config import ServerConfig
-from pinlater.server_wirecheck import REASONS as WIRE_REASONS
-from pinlater.transport import (
-    Dispatcher, FrameError, FrameReader, FrameTimeout, MalformedRequest, PeerClosed, frame,
+from pinlater.server.wirecheck import REASONS as WIRE_REASONS
+from pinlater.server.transport import (
+    Dispatcher,
+    FrameError,
+    FrameReader,
+    FrameTimeout,
+    MalformedRequest,
+    PeerClosed,
+    frame,
     set_timeout,
 )
 
 if TYPE_CHECKING:
-    from pinlater.admission import Admission
+    from pinlater.server.admission import Admission
 
 log = logging.getLogger("pinlater.server")
 
@@ -90,7 +97,7 @@ class Rejections:
     def from_dispatcher(self, reason: str, detail: str) -> None:
         """The Dispatcher's `on_reject` hook (runs in the connection thread, which set the peer);
         the request is answered and the connection kept."""
-        self.reject(reason, request_log.current_peer() or "?", detail, closing=False)
+        self.reject(reason, context.current_peer() or "?", detail, closing=False)
 
 
 class Server:
@@ -227,7 +234,7 @@ class Connection:
 
     def run(self) -> None:
         settings = self.server.settings
-        request_log.set_peer(self.peer)
+        context.set_peer(self.peer)
         reject = self.server.rejections.reject
         try:
             self.sock.settimeout(None)

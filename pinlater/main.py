@@ -26,10 +26,13 @@ import socket
 import sys
 from typing import Any
 
-from pinlater.config import Config, ConfigError, load_config
-from pinlater.server_loop import Rejections, Server
-from pinlater.server_wirecheck import WireLimits
-from pinlater.transport import Dispatcher
+from pinlater.app import App, NotDurable, load_config
+from pinlater.common.sections import ConfigError
+from pinlater.config import Config
+from pinlater.idl import PinLater
+from pinlater.server.loop import Rejections, Server
+from pinlater.server.wirecheck import WireLimits
+from pinlater.server.transport import Dispatcher
 
 log = logging.getLogger("pinlater.server")
 
@@ -129,9 +132,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(config: Config, sock: socket.socket) -> int:
     """Build the App on an already bound socket, serve until a signal, then close the App."""
-    from pinlater.app import App, NotDurable  # imported late: config errors need neither
-    from pinlater.idl import PinLater
-
     app = None
     try:
         app = App(config)
@@ -162,8 +162,6 @@ def dispatcher(config: Config, handler: Any, rejections: Rejections) -> Dispatch
     """The request dispatcher with its wire check. Containers may hold up to twice the
     per-request cap: a slightly oversized request still reaches the handler, whose
     PinLaterException names the field; anything far larger is cut before decoding."""
-    from pinlater.idl import PinLater
-
     limits = WireLimits(max_items=2 * config.limits.max_jobs_per_request)
     return Dispatcher(PinLater, handler, wire_limits=limits,
                       on_reject=rejections.from_dispatcher)

@@ -24,8 +24,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from pinlater.models import (
-    Ack, Checkpoint, DequeuedJob, JobRecord, JobState, NewJob, ReclaimCounts, ScanBound,
+from pinlater.storage.models import (
+    Ack,
+    Checkpoint,
+    DequeuedJob,
+    JobRecord,
+    JobState,
+    NewJob,
+    ReclaimCounts,
+    ScanBound,
 )
 
 BodyFilter = Callable[[bytes], bool]

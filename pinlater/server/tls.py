@@ -1,14 +1,10 @@
-"""TLS for the Thrift port: SSL contexts for both ends and the server-side handshake.
+"""The server side of TLS on the Thrift port: wrapping accepted sockets and the handshake.
 
 Off by default (`server.tls.enabled`). Why not thriftpy2's TSSLServerSocket: it runs the
 handshake inside the accept loop with no timeout, so one silent TCP client freezes every later
 one. Here the accept loop only accepts; each connection thread runs its own handshake under one
 total deadline (`handshake`), so a silent or trickling client costs one thread for at most
-`handshake_timeout_seconds`. Why not thriftpy2's client context: it sets check_hostname=False;
-`client_context` keeps Python's defaults (certificate and host name verified).
-
-Both ends refuse anything older than TLS 1.2. With `client_ca_file` the server requires a client
-certificate signed by that CA (mutual TLS).
+`handshake_timeout_seconds`.
 """
 
 from __future__ import annotations
@@ -18,23 +14,11 @@ import socket
 import ssl
 import time
 
-MIN_VERSION = ssl.TLSVersion.TLSv1_2
+from pinlater.common.tls import server_context
 
 
 class HandshakeError(Exception):
     """The TLS handshake failed or did not finish within its deadline."""
-
-
-def server_context(cert_file: str, key_file: str | None = None,
-                   client_ca_file: str | None = None) -> ssl.SSLContext:
-    """A server context; raises OSError/ssl.SSLError when a file cannot be read or loaded."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = MIN_VERSION
-    ctx.load_cert_chain(cert_file, key_file)
-    if client_ca_file:
-        ctx.load_verify_locations(cafile=client_ca_file)
-        ctx.verify_mode = ssl.CERT_REQUIRED
-    return ctx
 
 
 def server_context_from(config) -> ssl.SSLContext | None:
@@ -42,32 +26,6 @@ def server_context_from(config) -> ssl.SSLContext | None:
     if not config.enabled:
         return None
     return server_context(config.cert_file, config.key_file, config.client_ca_file)
-
-
-def client_context(ca_file: str | None = None, cert_file: str | None = None,
-                   key_file: str | None = None) -> ssl.SSLContext:
-    """A client context that verifies the server's certificate and host name (against
-    `ca_file`, else the system CAs) and presents `cert_file` for mutual TLS when given."""
-    ctx = ssl.create_default_context(cafile=ca_file)
-    ctx.minimum_version = MIN_VERSION
-    if cert_file:
-        ctx.load_cert_chain(cert_file, key_file)
-    return ctx
-
-
-def as_client_context(tls: object) -> ssl.SSLContext | None:
-    """Normalise the `tls=` argument of PinLaterClient: None/False (plain TCP), True (system
-    CAs), a CA file path, or a ready ssl.SSLContext (used as is)."""
-    if tls is None or tls is False:
-        return None
-    if tls is True:
-        return client_context()
-    if isinstance(tls, ssl.SSLContext):
-        return tls
-    if isinstance(tls, str):
-        return client_context(ca_file=tls)
-    raise TypeError(f"tls must be None, a bool, a CA file path or an ssl.SSLContext, "
-                    f"not {type(tls).__name__}")
 
 
 def wrap_server_side(sock: socket.socket, ctx: ssl.SSLContext) -> ssl.SSLSocket:

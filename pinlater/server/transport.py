@@ -33,7 +33,7 @@ from thriftpy2.protocol.cybin import TCyBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport import TCyBufferedTransport, TCyMemoryBuffer
 
-from pinlater.server_wirecheck import WireError, WireLimits, check_args
+from pinlater.server.wirecheck import WireError, WireLimits, check_args
 
 log = logging.getLogger("pinlater.transport")
 

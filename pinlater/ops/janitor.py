@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from pinlater.config import JanitorConfig
 from pinlater.errors import PinLaterError, QueueNotFound
-from pinlater.models import JobState
-from pinlater.sharded import ShardedBackend
+from pinlater.storage.models import JobState
+from pinlater.storage.sharded import ShardedBackend
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from pinlater import cli_format as fmt
+from pinlater.cli import format as fmt
 from worker_sdk.models import JobState
 
 COLUMNS = ("pending", "future", "in_progress", "succeeded", "failed")

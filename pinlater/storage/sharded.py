@@ -19,16 +19,27 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from pinlater.backend import Backend, BodyFilter, Shard, ShardSpec
-from pinlater.claims import new_claim
+from pinlater.storage.contract import Backend, BodyFilter, Shard, ShardSpec
+from pinlater.storage.claims import new_claim
 from pinlater.errors import (
-    ContinuationInvalid, EnqueueRejected, InvalidRequest, NoHealthyShards, QueueNotFound,
-    ShardConnectionFailed, ShardError, StorageFull,
+    ContinuationInvalid,
+    EnqueueRejected,
+    InvalidRequest,
+    NoHealthyShards,
+    QueueNotFound,
+    ShardConnectionFailed,
 )
-from pinlater.health import ShardHealth
-from pinlater.job_descriptor import MAX_LOCAL_ID, JobDescriptor, descriptor
-from pinlater.models import (
-    Ack, Checkpoint, DequeuedJob, JobRecord, JobState, NewJob, ScanBound,
+from pinlater.storage.errors import ShardError, StorageFull
+from pinlater.storage.health import ShardHealth
+from pinlater.storage.descriptors import MAX_LOCAL_ID, JobDescriptor, descriptor
+from pinlater.storage.models import (
+    Ack,
+    Checkpoint,
+    DequeuedJob,
+    JobRecord,
+    JobState,
+    NewJob,
+    ScanBound,
 )
 
 log = logging.getLogger(__name__)

@@ -20,14 +20,15 @@ import sys
 import time
 from typing import TextIO
 
-from pinlater import cli_format as fmt
-from pinlater import cli_load, cli_stats
-from pinlater.passwords import DEFAULT_ITERATIONS, hash_password
-from pinlater.tls import client_context
+from pinlater.cli import format as fmt
+from pinlater.cli import load as cli_load
+from pinlater.cli import stats as cli_stats
+from pinlater.common.passwords import DEFAULT_ITERATIONS, hash_password
+from pinlater.common.tls import client_context
 from worker_sdk.client import PinLaterClient
 from worker_sdk.errors import PinLaterError, PinLaterTransportError
 from worker_sdk.models import AckInfo, CheckpointRequest, Job, JobState
-from worker_sdk.serverset import ServerSetError
+from pinlater.common.serverset import ServerSetError
 
 EXIT_OK, EXIT_SERVER, EXIT_USAGE, EXIT_CONNECTION = 0, 1, 2, 3
 SERVICE = "pinlaterclienttool"

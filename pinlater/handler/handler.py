@@ -1,95 +1,26 @@
 """The Thrift handler: one method per RPC — validate, convert to models, call the store, convert
-back. The only module that touches Thrift structs, and the single error boundary: every failure
-leaves as the IDL's PinLaterException (an undeclared exception would make thriftpy2 drop the
-connection without a reply).
+back. The only place Thrift structs meet storage models; every method runs inside the one error
+boundary (`pinlater.handler.boundary.rpc`).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
-import time
-import uuid
-from collections.abc import Callable
 
-from pinlater import validation as check
-from pinlater.body_filter import compile_body_filter
+from pinlater.handler import validation as check
+from pinlater.handler.body_filter import compile_body_filter
+from pinlater.handler.boundary import rpc
+from pinlater.handler.observer import RequestObserver
 from pinlater.config import Config
-from pinlater.errors import (
-    EnqueueRejected, InvalidRequest, PasswordInvalid, PinLaterError,
-)
+from pinlater.errors import EnqueueRejected, InvalidRequest, PasswordInvalid, PinLaterError
 from pinlater.idl import pinlater_thrift as wire
-from pinlater.job_descriptor import JobDescriptor, split_local_id, split_prefix
-from pinlater.models import Ack, Checkpoint, ClaimMatch, JobRecord, NewJob, new_ack
-from pinlater.passwords import verify_password
-from pinlater.sharded import CONTINUATION_START, ShardedBackend
+from pinlater.storage.descriptors import JobDescriptor, split_local_id, split_prefix
+from pinlater.storage.models import Ack, Checkpoint, ClaimMatch, JobRecord, NewJob, new_ack
+from pinlater.common.passwords import verify_password
+from pinlater.storage.sharded import CONTINUATION_START, ShardedBackend
 
 log = logging.getLogger(__name__)
-
-
-def rpc(method: Callable) -> Callable:
-    """Error boundary for one RPC: PinLaterError -> wire exception; anything else -> logged with
-    a request id and answered as UNKNOWN. Every call is reported to `observer.on_call` with its
-    outcome (the error code name, or "ok") and latency."""
-
-    @functools.wraps(method)
-    def wrapper(self: PinLaterHandler, context, *args):
-        started = time.perf_counter()
-        outcome, message = "ok", ""
-        try:
-            return method(self, context, *args)
-        except PinLaterError as exc:
-            outcome, message = exc.name, exc.message
-            self.observer.on_error(method.__name__, context, exc)
-            raise wire.PinLaterException(errorCode=exc.code, message=exc.message) from None
-        except Exception:
-            request_id = getattr(context, "requestId", None) or uuid.uuid4().hex[:12]
-            log.exception("unexpected error in %s (request id %s)", method.__name__, request_id)
-            outcome, message = "UNKNOWN", "internal error"
-            raise wire.PinLaterException(
-                errorCode=wire.ErrorCode.UNKNOWN,
-                message=f"internal error in {method.__name__} (request id {request_id}); "
-                        "see the server log") from None
-        finally:
-            self.observer.on_call(method.__name__, context, _raw_queue(args), outcome,
-                                  time.perf_counter() - started, message)
-
-    return wrapper
-
-
-def _raw_queue(args: tuple) -> object:
-    """The queue a request names, unvalidated (observers may only compare it with known names
-    or log it escaped)."""
-    if not args:
-        return None
-    first = args[0]
-    return first if isinstance(first, str) else getattr(first, "queueName", None)
-
-
-class RequestObserver:
-    """Hooks for rate limiting, metrics and logs; the default does nothing."""
-
-    def before_dequeue(self, queue: str, limit: int) -> int | None:
-        """Raise DequeueRateLimited to refuse (piggy-backed acks are applied anyway), or return
-        a smaller limit; None keeps `limit`. When it returns, `after_dequeue` follows exactly
-        once, whatever happens next."""
-        return None
-
-    def after_dequeue(self, queue: str, handed_out: int) -> None:
-        """Called with the number of jobs a dequeue actually handed out (0 if it failed)."""
-
-    def on_error(self, method: str, context: object, error: PinLaterError) -> None:
-        """Called for every PinLaterError answered to a client."""
-
-    def on_call(self, method: str, context: object, queue: object, outcome: str,
-                seconds: float, message: str) -> None:
-        """Called once per RPC after it ended: `queue` is the raw name from the request (None
-        when the method has none), `outcome` "ok" or the error code name."""
-
-    def on_jobs(self, event: str, queue: str, count: int) -> None:
-        """Jobs affected by a successful call on a validated queue: enqueued, dequeued (not dry
-        runs), acked_succeeded, acked_failed (acks received), retried, deleted."""
 
 
 class PinLaterHandler:

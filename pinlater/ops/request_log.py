@@ -6,8 +6,7 @@ one), the source, the client address, the method, the queue and the outcome (err
 misbehaving client cannot flood the log; the first line let through after a suppressed stretch
 says how many were dropped. The peer table is bounded (oldest windows dropped first).
 
-The client address is known to the connection thread, which also runs the handler: the network
-loop calls `set_peer` once per connection and the handler reads it back here.
+The client address comes from `pinlater.handler.context` (set by the network loop).
 """
 
 from __future__ import annotations
@@ -18,21 +17,13 @@ import time
 import uuid
 from collections.abc import Callable
 
+from pinlater.handler.context import current_peer
+
 log = logging.getLogger("pinlater.requests")
 
-_local = threading.local()
 #: at most this many peers are tracked; beyond it the stalest windows are forgotten
 MAX_PEERS = 10_000
 _WINDOW_SECONDS = 60.0
-
-
-def set_peer(peer: str | None) -> None:
-    """Record the current thread's client address (`host:port`)."""
-    _local.peer = peer
-
-
-def current_peer() -> str | None:
-    return getattr(_local, "peer", None)
 
 
 def _host(peer: str | None, source: str) -> str:

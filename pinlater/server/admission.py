@@ -11,9 +11,8 @@ Two server-wide caps, checked by the network loop as soon as a request frame has
   UNKNOWN and the message "Server busy: ...". Dequeues have their own budget, so they never
   use up this one.
 
-A third cap is per queue: dequeueJobs calls running on one queue (`QueueSlots`, taken by the
-request observer after the queue name is validated), so one hot queue cannot take every
-dequeue slot. Refused with DEQUEUE_RATE_LIMITED as well.
+A third cap is per queue (`pinlater.ops.queue_slots`, taken by the request observer after the
+queue name is validated), so one hot queue cannot take every dequeue slot.
 """
 
 from __future__ import annotations
@@ -23,7 +22,8 @@ import threading
 from collections.abc import Callable
 
 from pinlater.errors import DequeueRateLimited, PinLaterError
-from pinlater.transport import encode_reply
+from pinlater.handler.boundary import wire_error
+from pinlater.server.transport import encode_reply
 
 DEQUEUE = "dequeueJobs"
 _HEADER = struct.Struct("!iI")
@@ -105,42 +105,10 @@ class Admission:
             return None
 
     def _refusal_reply(self, name: str, seqid: int, error: PinLaterError) -> bytes:
-        from pinlater.idl import pinlater_thrift as wire
-
         result = getattr(self._service, name + "_result")()
-        result.e = wire.PinLaterException(errorCode=error.code, message=error.message)
+        result.e = wire_error(error)
         return encode_reply(name, seqid, result)
 
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {"in_flight": self.in_flight, "in_flight_dequeues": self.in_flight_dequeues}
-
-
-class QueueSlots:
-    """At most `cap` concurrent holders per queue. Entries exist only while held, so the map
-    is bounded by the number of requests in flight."""
-
-    def __init__(self, cap: int):
-        self.cap = cap
-        self._held: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def try_acquire(self, queue: str) -> bool:
-        with self._lock:
-            held = self._held.get(queue, 0)
-            if held >= self.cap:
-                return False
-            self._held[queue] = held + 1
-            return True
-
-    def release(self, queue: str) -> None:
-        with self._lock:
-            held = self._held.get(queue, 0) - 1
-            if held > 0:
-                self._held[queue] = held
-            else:
-                self._held.pop(queue, None)
-
-    def held(self, queue: str) -> int:
-        with self._lock:
-            return self._held.get(queue, 0)

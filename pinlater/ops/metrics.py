@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from pinlater.models import JobState
+from pinlater.storage.models import JobState
 
 log = logging.getLogger(__name__)
 
@@ -197,91 +197,3 @@ def live_gauges(store, server_stats: Callable[[], dict[str, int]] | None,
         return families
 
     return GaugeCollector(read)
-
-
-class DepthCollector:
-    """Refreshes queue depth by (queue, state, priority) from the store, off the request path.
-
-    One refresh costs 8 x priorities capped counts per queue, each one statement per shard. The
-    gauges are a snapshot: a queue that disappears drops out at the next refresh; a queue whose
-    counts fail keeps its last values (and `pinlater_queue_depth_errors_total` grows).
-    """
-
-    def __init__(self, store, metrics: Metrics, cap: int):
-        self.store = store
-        self.metrics = metrics
-        self.cap = cap
-        self._snapshot: dict[tuple[str, str, int], int] = {}
-        self._refreshed_at = 0.0
-        self.errors = Counter("pinlater_queue_depth_errors",
-                              "queue depth refreshes that failed (values kept)",
-                              registry=metrics.registry)
-        metrics.registry.register(GaugeCollector(self._families))
-
-    def refresh(self) -> None:
-        """Read every existing queue's counts once; also refreshes the known queue names."""
-        try:
-            queues = sorted(self.store.queue_names())
-        except Exception as exc:  # noqa: BLE001 - a dead shard must not stop the collector
-            self.errors.inc()
-            log.warning("queue depth: cannot list queues: %s", exc)
-            return
-        self.metrics.queues.replace(queues)
-        snapshot: dict[tuple[str, str, int], int] = {}
-        for queue in queues:
-            try:
-                snapshot.update(self._queue_counts(queue))
-            except Exception as exc:  # noqa: BLE001
-                self.errors.inc()
-                log.debug("queue depth of %s not refreshed: %s", queue, exc)
-                snapshot.update({k: v for k, v in self._snapshot.items() if k[0] == queue})
-        self._snapshot = snapshot
-        self._refreshed_at = time.time()
-
-    def _queue_counts(self, queue: str) -> dict[tuple[str, str, int], int]:
-        counts = {}
-        for priority in range(1, self.store.num_priorities + 1):
-            for state in JobState:
-                now, future = (self.store.count(queue, state, priority, flag, self.cap, None)
-                               for flag in (False, True))
-                name = state.name.lower()
-                if state is JobState.PENDING:
-                    counts[(queue, "pending", priority)] = now
-                    counts[(queue, "pending_future", priority)] = future
-                else:
-                    counts[(queue, name, priority)] = now + future
-        return counts
-
-    def _families(self) -> list[GaugeMetricFamily]:
-        depth = GaugeMetricFamily("pinlater_queue_jobs",
-                                  f"jobs by queue, state and priority (capped at {self.cap})",
-                                  labels=["queue", "state", "priority"])
-        for (queue, state, priority), value in sorted(self._snapshot.items()):
-            depth.add_metric([queue, state, str(priority)], value)
-        stamp = GaugeMetricFamily("pinlater_queue_jobs_refreshed_timestamp_seconds",
-                                  "when the queue depth gauges were last refreshed",
-                                  value=self._refreshed_at)
-        return [depth, stamp]
-
-
-class DepthThread(threading.Thread):
-    """Runs `DepthCollector.refresh` at once and then every `interval` seconds until stopped."""
-
-    def __init__(self, collector: DepthCollector, interval_seconds: float):
-        super().__init__(name="queue-depth", daemon=True)
-        self.collector = collector
-        self.interval = interval_seconds
-        self._stopping = threading.Event()
-
-    def run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                self.collector.refresh()
-            except Exception:  # noqa: BLE001
-                log.exception("queue depth refresh failed")
-            self._stopping.wait(self.interval)
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stopping.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout)

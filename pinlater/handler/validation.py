@@ -11,9 +11,13 @@ from __future__ import annotations
 import re
 
 from pinlater.errors import (
-    InvalidRequest, PinLaterError, PriorityNotSupported, QueueNameInvalid, QueueNameTooLong,
+    InvalidRequest,
+    PinLaterError,
+    PriorityNotSupported,
+    QueueNameInvalid,
+    QueueNameTooLong,
 )
-from pinlater.models import JobState
+from pinlater.storage.models import JobState
 
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_]+", re.ASCII)
 I32_MAX = 2**31 - 1

@@ -10,12 +10,12 @@ slot.
 
 from __future__ import annotations
 
-from pinlater.admission import QueueSlots
+from pinlater.ops.queue_slots import QueueSlots
 from pinlater.errors import DequeueRateLimited, PinLaterError
-from pinlater.metrics import Metrics
-from pinlater.rate_limiter import QueueRateLimiter
-from pinlater.request_log import RequestLog
-from pinlater.service import RequestObserver
+from pinlater.ops.metrics import Metrics
+from pinlater.ops.rate_limiter import QueueRateLimiter
+from pinlater.ops.request_log import RequestLog
+from pinlater.handler.observer import RequestObserver
 
 
 class OperatingObserver(RequestObserver):

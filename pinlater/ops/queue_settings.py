@@ -34,7 +34,8 @@ from typing import Any
 
 import yaml
 
-from pinlater.config import ConfigError, build_section
+from pinlater.common.sections import ConfigError, build_section
+from pinlater.common.serverset import ServerSetError, parse_serverset
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +138,6 @@ def read_queue_config(path: str) -> QueueConfig:
 
 def read_server_count(path: str) -> int:
     """Number of distinct `host:port` entries in a ServerSet file (raises ConfigError)."""
-    from worker_sdk.serverset import ServerSetError, parse_serverset
-
     try:
         endpoints = parse_serverset(Path(path).read_text(encoding="utf-8"), origin=path)
     except (OSError, UnicodeDecodeError, ServerSetError) as exc:

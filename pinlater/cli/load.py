@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from pinlater.cli_format import dumps
+from pinlater.cli.format import dumps
 from pinlater.errors import PinLaterError
 from worker_sdk.client import PinLaterClient
 from worker_sdk.models import Acks, Job

@@ -12,8 +12,9 @@ import logging
 import threading
 from pathlib import Path
 
-from pinlater.config import ConfigError, read_shard_map
-from pinlater.sharded import ShardedBackend
+from pinlater.common.sections import ConfigError
+from pinlater.config import read_shard_map
+from pinlater.storage.sharded import ShardedBackend
 
 log = logging.getLogger(__name__)
 

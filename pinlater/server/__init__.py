@@ -1,0 +1,2 @@
+"""The network side: accept loop and connections, framing, the wire check, TLS handshakes,
+admission caps and the HTTP endpoint (metrics, health)."""
