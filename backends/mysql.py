@@ -34,19 +34,26 @@ from typing import Any
 import pymysql
 
 from backends.mysql_pool import (
-    InstancePool, InstanceSettings, ServerInfo, translate,
+    InstancePool,
+    InstanceSettings,
+    ServerInfo,
+    translate,
 )
 from backends.shared_pools import SharedPools
 from backends.sql_base import (
-    MAX_ID_LIST, QueryBook, SQLDialect, SQLShard, _match_params, id_chunks, truncate_status,
+    MAX_ID_LIST,
+    QueryBook,
+    SQLDialect,
+    SQLShard,
+    _match_params,
+    id_chunks,
+    truncate_status,
 )
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
-from pinlater.common.sections import ConfigError, field_range as _range
-from pinlater.storage.specs import parse_shard_list
-from pinlater.errors import QueueNotFound
-from pinlater.storage.errors import ShardError
 from pinlater.storage.descriptors import SHARD_NAME_PATTERN
+from pinlater.storage.errors import QueueNotFound, ShardError
 from pinlater.storage.models import Ack, ClaimMatch, DequeuedJob, NewJob, new_dequeued_job
+from pinlater.storage.specs import ConfigError, field_range, parse_shard_list
 
 MYSQL = SQLDialect(name="mysql", param_format="%({})s", quote_char="`")
 #: MySQL identifiers (database names) are at most 64 characters
@@ -64,15 +71,15 @@ class MySQLInstanceSpec:
     name: str
     dequeue_only: bool = False
     host: str = "127.0.0.1"
-    port: int = field(default=3306, metadata=_range(1, 65535))
+    port: int = field(default=3306, metadata=field_range(1, 65535))
     user: str = "root"
     password: str | None = None
     database_prefix: str = "plq"
-    databases_per_queue: int = field(default=1, metadata=_range(1, 100))
-    pool_size: int = field(default=16, metadata=_range(1, 1000))
-    connect_timeout_seconds: float = field(default=1.0, metadata=_range(0.01, 600))
-    read_timeout_seconds: float = field(default=10.0, metadata=_range(0.01, 3600))
-    write_timeout_seconds: float = field(default=10.0, metadata=_range(0.01, 3600))
+    databases_per_queue: int = field(default=1, metadata=field_range(1, 100))
+    pool_size: int = field(default=16, metadata=field_range(1, 1000))
+    connect_timeout_seconds: float = field(default=1.0, metadata=field_range(0.01, 600))
+    read_timeout_seconds: float = field(default=10.0, metadata=field_range(0.01, 3600))
+    write_timeout_seconds: float = field(default=10.0, metadata=field_range(0.01, 3600))
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,20 +101,43 @@ class MySQLShardSpec(ShardSpec):
     def settings(self) -> InstanceSettings:
         """The instance's connection settings: the pool key (dequeue_only is not part of it)."""
         return InstanceSettings(
-            host=self.host, port=self.port, user=self.user, password=self.password,
-            pool_size=self.pool_size, connect_timeout_seconds=self.connect_timeout_seconds,
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            pool_size=self.pool_size,
+            connect_timeout_seconds=self.connect_timeout_seconds,
             read_timeout_seconds=self.read_timeout_seconds,
-            write_timeout_seconds=self.write_timeout_seconds)
+            write_timeout_seconds=self.write_timeout_seconds,
+        )
 
 
 def logical_shards(instance: MySQLInstanceSpec) -> list[MySQLShardSpec]:
     """The instance's shards: "<name>" for database 0, "<name>d<i>" for the others."""
-    common = {k: getattr(instance, k) for k in (
-        "dequeue_only", "host", "port", "user", "password", "database_prefix", "pool_size",
-        "connect_timeout_seconds", "read_timeout_seconds", "write_timeout_seconds")}
-    return [MySQLShardSpec(name=instance.name if i == 0 else f"{instance.name}d{i}",
-                           instance=instance.name, db_index=i, **common)
-            for i in range(instance.databases_per_queue)]
+    common = {
+        k: getattr(instance, k)
+        for k in (
+            "dequeue_only",
+            "host",
+            "port",
+            "user",
+            "password",
+            "database_prefix",
+            "pool_size",
+            "connect_timeout_seconds",
+            "read_timeout_seconds",
+            "write_timeout_seconds",
+        )
+    }
+    return [
+        MySQLShardSpec(
+            name=instance.name if i == 0 else f"{instance.name}d{i}",
+            instance=instance.name,
+            db_index=i,
+            **common,
+        )
+        for i in range(instance.databases_per_queue)
+    ]
 
 
 class MySQLBackend(Backend):
@@ -121,37 +151,44 @@ class MySQLBackend(Backend):
 
     def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
         super().__init__(options, limits)
-        self.pools: SharedPools[InstanceSettings, InstancePool] = SharedPools(
-            InstancePool.close)
+        self.pools: SharedPools[InstanceSettings, InstancePool] = SharedPools(InstancePool.close)
         self._prefixes: dict[str, str] = {}
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
-        problems = [f"{path}.{key}: unknown key (MySQL takes its settings per shard)"
-                    for key in raw if key not in cls._IGNORED_OPTIONS]
+        problems = [
+            f"{path}.{key}: unknown key (MySQL takes its settings per shard)"
+            for key in raw
+            if key not in cls._IGNORED_OPTIONS
+        ]
         if problems:
             raise ConfigError(problems)
         return {}
 
     @classmethod
     def parse_shards(cls, raw: Any, options: Mapping[str, Any], path: str) -> list[ShardSpec]:
-        instances = parse_shard_list(MySQLInstanceSpec, raw, path,
-                                     default=[{"name": "1"}])
+        instances = parse_shard_list(MySQLInstanceSpec, raw, path, default=[{"name": "1"}])
         problems: list[str] = []
         specs: list[MySQLShardSpec] = []
         for i, instance in enumerate(instances):
             if not _PREFIX.fullmatch(instance.database_prefix):
-                problems.append(f"{path}[{i}].database_prefix: {instance.database_prefix!r} "
-                                "must be 1-16 ASCII letters or digits, starting with a letter")
+                problems.append(
+                    f"{path}[{i}].database_prefix: {instance.database_prefix!r} "
+                    "must be 1-16 ASCII letters or digits, starting with a letter"
+                )
             for spec in logical_shards(instance):
                 if not re.fullmatch(SHARD_NAME_PATTERN, spec.name, re.ASCII):
-                    problems.append(f"{path}[{i}].databases_per_queue: shard name "
-                                    f"{spec.name!r} would be longer than 32 characters")
+                    problems.append(
+                        f"{path}[{i}].databases_per_queue: shard name "
+                        f"{spec.name!r} would be longer than 32 characters"
+                    )
                 specs.append(spec)
         names = [s.name for s in specs]
         for name in sorted({n for n in names if names.count(n) > 1}):
-            problems.append(f"{path}: logical shard name {name!r} is produced twice "
-                            "(an instance name collides with another's '<name>d<i>' shard)")
+            problems.append(
+                f"{path}: logical shard name {name!r} is produced twice "
+                "(an instance name collides with another's '<name>d<i>' shard)"
+            )
         databases = [(s.host, s.port, s.database_prefix, s.name) for s in specs]
         if len(set(databases)) != len(databases):
             problems.append(f"{path}: two shards would use the same databases")
@@ -166,8 +203,10 @@ class MySQLBackend(Backend):
 
     def queue_name_limit(self, shard_names: Sequence[str]) -> int | None:
         """64 minus the longest `<prefix>_<shard>_` of the given shards."""
-        longest = max((len(f"{self._prefixes.get(name, 'plq')}_{name}_")
-                       for name in shard_names), default=len("plq__"))
+        longest = max(
+            (len(f"{self._prefixes.get(name, 'plq')}_{name}_") for name in shard_names),
+            default=len("plq__"),
+        )
         return MAX_IDENTIFIER - longest
 
     def close(self) -> None:
@@ -180,13 +219,16 @@ class MySQLShard(SQLShard):
     dialect = MYSQL
     queries = QueryBook(MYSQL)
 
-    def __init__(self, spec: MySQLShardSpec, limits: StorageLimits,
-                 registry: SharedPools[InstanceSettings, InstancePool]):
+    def __init__(
+        self,
+        spec: MySQLShardSpec,
+        limits: StorageLimits,
+        registry: SharedPools[InstanceSettings, InstancePool],
+    ):
         super().__init__(spec, limits)
         self._registry = registry
         settings = spec.settings()
-        self._pool: InstancePool | None = registry.acquire(settings,
-                                                           lambda: InstancePool(settings))
+        self._pool: InstancePool | None = registry.acquire(settings, lambda: InstancePool(settings))
         self._db_prefix = f"{spec.database_prefix}_{spec.name}_"
         self._db_name = re.compile(re.escape(self._db_prefix) + r"([A-Za-z0-9_]+)", re.ASCII)
 
@@ -235,8 +277,11 @@ class MySQLShard(SQLShard):
                 yield cur
         except QueueNotFound as exc:
             if self._create_missing_tables(exc.queue):
-                raise ShardError(self.name, f"created missing job tables of queue "
-                                 f"{exc.queue!r}; retry", retriable=True) from exc
+                raise ShardError(
+                    self.name,
+                    f"created missing job tables of queue {exc.queue!r}; retry",
+                    retriable=True,
+                ) from exc
             raise
 
     def _create_missing_tables(self, queue: str) -> bool:
@@ -244,8 +289,12 @@ class MySQLShard(SQLShard):
         the database itself: a concurrent deleteQueue must not be undone). True if it did."""
         db = self.database(queue)
         try:
-            self._ddl([self.queries.render("create_job_table", table=(db, f"jobs_p{p}"))
-                       for p in range(1, self.limits.num_priorities + 1)])
+            self._ddl(
+                [
+                    self.queries.render("create_job_table", table=(db, f"jobs_p{p}"))
+                    for p in range(1, self.limits.num_priorities + 1)
+                ]
+            )
         except (QueueNotFound, ShardError):  # the database is gone (1049) or unreachable
             return False
         return True
@@ -345,8 +394,9 @@ class MySQLShard(SQLShard):
                     cur.execute(sql, row)
                     ids.append(cur.lastrowid)
         if len(ids) != len(rows):
-            raise ShardError(self.name, f"insert returned {len(ids)} ids for {len(rows)} jobs",
-                             retriable=False)
+            raise ShardError(
+                self.name, f"insert returned {len(ids)} ids for {len(rows)} jobs", retriable=False
+            )
         return ids
 
     def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[int]:
@@ -357,9 +407,16 @@ class MySQLShard(SQLShard):
         if not jobs or info is None or len({job.priority for job in jobs}) != 1:
             return super().enqueue(queue, jobs)
         cap, clock = self.limits.status_cap, self._clock_params()
-        rows = [{"attempts": job.attempts_allowed, "status": truncate_status(job.custom_status, cap),
-                 "run_after": job.run_after_ms, "body": bytes(job.body), **clock}
-                for job in jobs]
+        rows = [
+            {
+                "attempts": job.attempts_allowed,
+                "status": truncate_status(job.custom_status, cap),
+                "run_after": job.run_after_ms,
+                "body": bytes(job.body),
+                **clock,
+            }
+            for job in jobs
+        ]
         if not _one_insert(rows, info):
             return super().enqueue(queue, jobs)
         table = self._job_table(None, queue, jobs[0].priority)
@@ -367,8 +424,9 @@ class MySQLShard(SQLShard):
             return self._insert_jobs(cur, self._clocked(self._sql("enqueue_insert", table)), rows)
 
     # ---- dequeue ----
-    def dequeue(self, queue: str, priority: int, limit: int,
-                claim: str | None) -> list[DequeuedJob]:
+    def dequeue(
+        self, queue: str, priority: int, limit: int, claim: str | None
+    ) -> list[DequeuedJob]:
         if claim is None:
             with self._read() as cur:
                 table = self._job_table(cur, queue, priority)
@@ -385,8 +443,10 @@ class MySQLShard(SQLShard):
             params = {"now": self._tx_now(cur), "limit": limit, "claim": claim}
             claimed = self._run(cur, "dequeue_claim_limit", table, params).rowcount
             return self._run(cur, "dequeue_claimed", table, params).fetchall() if claimed else []
-        cur.execute(self._clocked(self._sql("dequeue_select", table)),
-                    {"limit": limit, **self._clock_params()})
+        cur.execute(
+            self._clocked(self._sql("dequeue_select", table)),
+            {"limit": limit, **self._clock_params()},
+        )
         rows = cur.fetchall()
         if rows:
             params = {"now": rows[0][4], "claim": claim}  # the clock the select judged by
@@ -399,10 +459,11 @@ class MySQLShard(SQLShard):
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         """As SQLShard.ack, with one statement per group of acks sharing status, retry delay
         and claim (a worker acking a dequeued batch sends one claim for all of it)."""
-        statements = [(name, key, ids)
-                      for name, acks in (("ack_success_ids", succeeded),
-                                         ("ack_failure_ids", failed))
-                      for key, ids in _ack_groups(acks).items()]
+        statements = [
+            (name, key, ids)
+            for name, acks in (("ack_success_ids", succeeded), ("ack_failure_ids", failed))
+            for key, ids in _ack_groups(acks).items()
+        ]
         if len(statements) == 1 and len(statements[0][2]) <= MAX_ID_LIST:
             return self._ack_alone(queue, *statements[0])
         applied = 0
@@ -429,8 +490,12 @@ class MySQLShard(SQLShard):
     def _ack_params(self, key: tuple, now: int | None = None) -> dict[str, Any]:
         """Parameters of one ack group's UPDATE; `now` None for a statement-clock statement."""
         _, status, delay, claim, source = key
-        params = {"status": status, "cap": self.limits.status_cap, "delay": delay,
-                  **_match_params(ClaimMatch(source, claim))}
+        params = {
+            "status": status,
+            "cap": self.limits.status_cap,
+            "delay": delay,
+            **_match_params(ClaimMatch(source, claim)),
+        }
         if now is not None:
             params["now"] = now
         return params
@@ -438,9 +503,13 @@ class MySQLShard(SQLShard):
     # ---- queues ----
     def create_queue(self, queue: str) -> None:
         db = self.database(queue)
-        self._ddl([self.queries.render("create_database", db=(db,))] + [
-            self.queries.render("create_job_table", table=(db, f"jobs_p{p}"))
-            for p in range(1, self.limits.num_priorities + 1)])
+        self._ddl(
+            [self.queries.render("create_database", db=(db,))]
+            + [
+                self.queries.render("create_job_table", table=(db, f"jobs_p{p}"))
+                for p in range(1, self.limits.num_priorities + 1)
+            ]
+        )
 
     def delete_queue(self, queue: str) -> None:
         self._ddl([self.queries.render("drop_database", db=(self.database(queue),))])
@@ -470,15 +539,26 @@ class MySQLShard(SQLShard):
         max_allowed_packet too small for a job at the body cap."""
         try:
             with self._read() as cur:
-                cur.execute("SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog,"
-                            " @@binlog_format, @@max_allowed_packet")
+                cur.execute(
+                    "SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog,"
+                    " @@binlog_format, @@max_allowed_packet"
+                )
                 flush, log_bin, sync_binlog, binlog_format, packet = cur.fetchone()
         except Exception as exc:  # noqa: BLE001 - reported as a warning, not raised
-            return [f"shard {self.name}: could not check MySQL durability settings ({exc}); "
-                    "make sure innodb_flush_log_at_trx_commit=1 (and sync_binlog=1 with a "
-                    "binlog)"]
-        return durability_problems(self.name, int(flush), bool(int(log_bin)), int(sync_binlog),
-                                   str(binlog_format), int(packet), self.limits.body_cap)
+            return [
+                f"shard {self.name}: could not check MySQL durability settings ({exc}); "
+                "make sure innodb_flush_log_at_trx_commit=1 (and sync_binlog=1 with a "
+                "binlog)"
+            ]
+        return durability_problems(
+            self.name,
+            int(flush),
+            bool(int(log_bin)),
+            int(sync_binlog),
+            str(binlog_format),
+            int(packet),
+            self.limits.body_cap,
+        )
 
     def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -486,22 +566,37 @@ class MySQLShard(SQLShard):
             self._registry.release(pool.settings, pool)
 
 
-def durability_problems(shard: str, flush: int, log_bin: bool, sync_binlog: int,
-                        binlog_format: str, packet: int, body_cap: int) -> list[str]:
+def durability_problems(
+    shard: str,
+    flush: int,
+    log_bin: bool,
+    sync_binlog: int,
+    binlog_format: str,
+    packet: int,
+    body_cap: int,
+) -> list[str]:
     warnings = []
     if flush != 1:
-        warnings.append(f"shard {shard}: innodb_flush_log_at_trx_commit={flush}: a mysqld "
-                        f"{'crash' if flush == 0 else 'host crash or power loss'} can lose "
-                        "about a second of accepted jobs; set it to 1")
+        warnings.append(
+            f"shard {shard}: innodb_flush_log_at_trx_commit={flush}: a mysqld "
+            f"{'crash' if flush == 0 else 'host crash or power loss'} can lose "
+            "about a second of accepted jobs; set it to 1"
+        )
     if log_bin and sync_binlog != 1:
-        warnings.append(f"shard {shard}: sync_binlog={sync_binlog} with the binlog on: an OS "
-                        "crash can leave the binlog behind InnoDB (replicas lose jobs); set 1")
+        warnings.append(
+            f"shard {shard}: sync_binlog={sync_binlog} with the binlog on: an OS "
+            "crash can leave the binlog behind InnoDB (replicas lose jobs); set 1"
+        )
     if log_bin and binlog_format.upper() == "STATEMENT":
-        warnings.append(f"shard {shard}: binlog_format=STATEMENT refuses writes under READ "
-                        "COMMITTED (which PinLater uses); set ROW or MIXED")
+        warnings.append(
+            f"shard {shard}: binlog_format=STATEMENT refuses writes under READ "
+            "COMMITTED (which PinLater uses); set ROW or MIXED"
+        )
     if packet < 2 * body_cap + _STATEMENT_SLACK:
-        warnings.append(f"shard {shard}: max_allowed_packet={packet} is too small for a job at "
-                        f"the body cap ({body_cap} bytes, up to twice that escaped); raise it")
+        warnings.append(
+            f"shard {shard}: max_allowed_packet={packet} is too small for a job at "
+            f"the body cap ({body_cap} bytes, up to twice that escaped); raise it"
+        )
     return warnings
 
 
@@ -509,8 +604,13 @@ def _ack_groups(acks: Sequence[Ack]) -> dict[tuple, list[int]]:
     """Local ids of acks sharing (priority, status, delay, claim, source): one UPDATE each."""
     groups: dict[tuple, list[int]] = defaultdict(list)
     for a in acks:
-        key = (a.priority, a.append_status or "", max(a.retry_delay_ms, 0), a.match.claim,
-               a.match.source)
+        key = (
+            a.priority,
+            a.append_status or "",
+            max(a.retry_delay_ms, 0),
+            a.match.claim,
+            a.match.source,
+        )
         groups[key].append(a.local_id)
     return groups
 
@@ -523,8 +623,9 @@ def _one_insert(rows: list[dict[str, Any]], info: ServerInfo) -> bool:
     return sum(1 for _ in _packet_chunks(rows, budget)) == 1
 
 
-def _multi_row(head: str, values: str, rows: list[dict[str, Any]],
-               tail: str) -> tuple[str, dict[str, Any]]:
+def _multi_row(
+    head: str, values: str, rows: list[dict[str, Any]], tail: str
+) -> tuple[str, dict[str, Any]]:
     """`head VALUES (row 0), (row 1) ... tail` with each row's parameters renamed `x_<i>`: one
     statement, every value still a bound parameter."""
     parts, params = [], {}
@@ -554,4 +655,3 @@ def _rollback(conn: Any) -> None:
         conn.rollback()
     except Exception:  # noqa: BLE001 - the connection is reported with the original error
         pass
-

@@ -29,11 +29,12 @@ import pymysql
 from dbutils.pooled_db import PooledDB
 from pymysql.constants import CLIENT
 
-from pinlater.errors import QueueNotFound
-from pinlater.storage.errors import ShardError, StorageFull
+from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
 
-SQL_MODE = ("STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,"
-            "NO_ENGINE_SUBSTITUTION")
+SQL_MODE = (
+    "STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,"
+    "NO_ENGINE_SUBSTITUTION"
+)
 SESSION_SETUP = (
     f"SET SESSION sql_mode = '{SQL_MODE}', time_zone = '+00:00'",
     "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
@@ -41,9 +42,25 @@ SESSION_SETUP = (
 
 #: connection lost/refused/timed out, server shutting down, too many connections, deadlock,
 #: lock wait timeout, query interrupted: the statement (or transaction) can be retried
-RETRIABLE_CODES = frozenset({
-    1040, 1053, 1205, 1213, 1927, 2002, 2003, 2005, 2006, 2011, 2012, 2013, 2014, 2027, 2055,
-})
+RETRIABLE_CODES = frozenset(
+    {
+        1040,
+        1053,
+        1205,
+        1213,
+        1927,
+        2002,
+        2003,
+        2005,
+        2006,
+        2011,
+        2012,
+        2013,
+        2014,
+        2027,
+        2055,
+    }
+)
 #: unknown database / table: the queue does not exist on this shard
 MISSING_CODES = frozenset({1049, 1146})
 #: table full, disk full, out of memory, "got error 28 (ENOSPC) from storage engine"
@@ -80,10 +97,13 @@ class ServerInfo:
     def from_row(cls, version: str, lock_mode: int, packet: int) -> ServerInfo:
         numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:3])
         mariadb = "mariadb" in version.lower()
-        return cls(version=version, autoinc_lock_mode=int(lock_mode),
-                   max_allowed_packet=int(packet),
-                   skip_locked=numbers >= ((10, 6) if mariadb else (8, 0, 1)),
-                   returning=mariadb and numbers >= (10, 5))
+        return cls(
+            version=version,
+            autoinc_lock_mode=int(lock_mode),
+            max_allowed_packet=int(packet),
+            skip_locked=numbers >= ((10, 6) if mariadb else (8, 0, 1)),
+            returning=mariadb and numbers >= (10, 5),
+        )
 
 
 class BoundedConnection(pymysql.connections.Connection):
@@ -135,13 +155,27 @@ class InstancePool:
         # fast with a retriable error instead, DBUtils reconnects it, and the layer above
         # retries the call.
         return PooledDB(
-            creator=_bounded_connect, mincached=0, maxcached=s.pool_size, maxshared=0,
-            maxconnections=s.pool_size, blocking=True, setsession=list(SESSION_SETUP),
-            reset=False, ping=0,
-            host=s.host, port=s.port, user=s.user, password=s.password or "",
-            connect_timeout=s.connect_timeout_seconds, read_timeout=s.read_timeout_seconds,
-            write_timeout=s.write_timeout_seconds, charset="utf8mb4", binary_prefix=True,
-            autocommit=True, client_flag=CLIENT.FOUND_ROWS)
+            creator=_bounded_connect,
+            mincached=0,
+            maxcached=s.pool_size,
+            maxshared=0,
+            maxconnections=s.pool_size,
+            blocking=True,
+            setsession=list(SESSION_SETUP),
+            reset=False,
+            ping=0,
+            host=s.host,
+            port=s.port,
+            user=s.user,
+            password=s.password or "",
+            connect_timeout=s.connect_timeout_seconds,
+            read_timeout=s.read_timeout_seconds,
+            write_timeout=s.write_timeout_seconds,
+            charset="utf8mb4",
+            binary_prefix=True,
+            autocommit=True,
+            client_flag=CLIENT.FOUND_ROWS,
+        )
 
     def connection(self) -> Any:
         """A pooled connection (close() returns it); raises pymysql errors."""
@@ -187,9 +221,14 @@ def translate(shard: str, exc: Exception, queue_of: Callable[[str], str | None])
     if code in FULL_CODES or (code in (1030, 3, 1878) and _NO_SPACE.search(message)):
         return StorageFull(f"shard {shard}: MySQL error {code}: {message}")
     if code in RETRIABLE_CODES or isinstance(exc, pymysql.err.InterfaceError):
-        return ShardError(shard, f"MySQL error {code}: {message}", retriable=True,
-                          timed_out=code == 2013 and "timed out" in message)
+        return ShardError(
+            shard,
+            f"MySQL error {code}: {message}",
+            retriable=True,
+            timed_out=code == 2013 and "timed out" in message,
+        )
     if isinstance(exc, pymysql.err.OperationalError) and code == 0:
         return ShardError(shard, f"connection failed: {message}", retriable=True)
-    return ShardError(shard, f"MySQL error {code} ({type(exc).__name__}): {message}",
-                      retriable=False)
+    return ShardError(
+        shard, f"MySQL error {code} ({type(exc).__name__}): {message}", retriable=False
+    )

@@ -34,10 +34,7 @@ from backends import redis_keys as keys
 from backends.redis_scripts import Scripts
 from backends.shared_pools import SharedPools
 from pinlater.storage.contract import Backend, BodyFilter, Shard, ShardSpec, StorageLimits
-from pinlater.common.sections import ConfigError, field_range as _range
-from pinlater.storage.specs import parse_shard_list
-from pinlater.errors import QueueNotFound
-from pinlater.storage.errors import ShardError, StorageFull
+from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
 from pinlater.storage.models import (
     Ack,
     Checkpoint,
@@ -49,6 +46,7 @@ from pinlater.storage.models import (
     ScanBound,
     new_dequeued_job,
 )
+from pinlater.storage.specs import ConfigError, field_range, parse_shard_list
 
 #: jobs read per page.lua call when a body filter is applied in Python
 FILTER_PAGE_SIZE = 500
@@ -60,16 +58,16 @@ class RedisShardSpec(ShardSpec):
     """One Redis shard. Shards on one instance/db are isolated by their name in every key."""
 
     host: str = "127.0.0.1"
-    port: int = field(default=6379, metadata=_range(1, 65535))
-    db: int = field(default=0, metadata=_range(0, 1_000_000))
+    port: int = field(default=6379, metadata=field_range(1, 65535))
+    db: int = field(default=0, metadata=field_range(0, 1_000_000))
     password: str | None = None
     username: str | None = None
     tls: bool = False
     #: CA bundle for TLS; None = the system store
     tls_ca_file: str | None = None
-    socket_connect_timeout_seconds: float = field(default=1.0, metadata=_range(0.001, 600))
-    socket_timeout_seconds: float = field(default=5.0, metadata=_range(0.001, 600))
-    max_connections: int = field(default=64, metadata=_range(1, 100_000))
+    socket_connect_timeout_seconds: float = field(default=1.0, metadata=field_range(0.001, 600))
+    socket_timeout_seconds: float = field(default=5.0, metadata=field_range(0.001, 600))
+    max_connections: int = field(default=64, metadata=field_range(1, 100_000))
 
     def pool_key(self) -> tuple:
         """Everything that identifies a connection (not the shard name)."""
@@ -90,7 +88,8 @@ class RedisBackend(Backend):
     def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
         super().__init__(options, limits)
         self._pools: SharedPools[tuple, redis.ConnectionPool] = SharedPools(
-            lambda pool: pool.disconnect())
+            lambda pool: pool.disconnect()
+        )
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
@@ -117,8 +116,12 @@ class RedisBackend(Backend):
 
 def _make_pool(spec: RedisShardSpec) -> redis.ConnectionPool:
     kwargs: dict[str, Any] = dict(
-        host=spec.host, port=spec.port, db=spec.db, password=spec.password,
-        username=spec.username, socket_timeout=spec.socket_timeout_seconds,
+        host=spec.host,
+        port=spec.port,
+        db=spec.db,
+        password=spec.password,
+        username=spec.username,
+        socket_timeout=spec.socket_timeout_seconds,
         socket_connect_timeout=spec.socket_connect_timeout_seconds,
         decode_responses=False,  # bodies are bytes, byte-identical
         retry=Retry(NoBackoff(), 0),  # no hidden re-sends of non-idempotent scripts
@@ -135,8 +138,9 @@ def _make_pool(spec: RedisShardSpec) -> redis.ConnectionPool:
 class RedisShard(Shard):
     """One shard on a Redis database; thread-safe (pooled connections, stateless scripts)."""
 
-    def __init__(self, spec: RedisShardSpec, limits: StorageLimits,
-                 pool: redis.ConnectionPool, release):
+    def __init__(
+        self, spec: RedisShardSpec, limits: StorageLimits, pool: redis.ConnectionPool, release
+    ):
         super().__init__(spec, limits)
         self._pool = pool
         self._client = redis.Redis(connection_pool=pool)
@@ -156,8 +160,11 @@ class RedisShard(Shard):
         except redis.exceptions.AuthenticationError as exc:
             raise ShardError(self.name, f"authentication failed: {exc}", retriable=False) from exc
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            raise ShardError(self.name, f"{type(exc).__name__}: {exc}",
-                             timed_out=isinstance(exc, redis.exceptions.TimeoutError)) from exc
+            raise ShardError(
+                self.name,
+                f"{type(exc).__name__}: {exc}",
+                timed_out=isinstance(exc, redis.exceptions.TimeoutError),
+            ) from exc
         except redis.exceptions.RedisError as exc:
             raise ShardError(self.name, f"{type(exc).__name__}: {exc}", retriable=False) from exc
 
@@ -166,11 +173,14 @@ class RedisShard(Shard):
         if text.startswith("PLNOQUEUE") and queue is not None:
             return QueueNotFound(queue)
         if isinstance(exc, redis.exceptions.OutOfMemoryError) or text.startswith("OOM"):
-            return StorageFull(f"shard {self.name}: Redis is over its maxmemory and refused "
-                               f"the write (nothing was stored): {text}")
+            return StorageFull(
+                f"shard {self.name}: Redis is over its maxmemory and refused "
+                f"the write (nothing was stored): {text}"
+            )
         if text.startswith("MISCONF"):
-            return StorageFull(f"shard {self.name}: Redis cannot persist to disk and refuses "
-                               f"writes: {text}")
+            return StorageFull(
+                f"shard {self.name}: Redis cannot persist to disk and refuses writes: {text}"
+            )
         retriable = text.startswith(("BUSY", "LOADING", "READONLY", "TRYAGAIN", "MASTERDOWN"))
         return ShardError(self.name, f"Redis error: {text}", retriable=retriable)
 
@@ -201,8 +211,11 @@ class RedisShard(Shard):
         pool, so no half-read reply can reach the next caller."""
         conn = self._pool.get_connection()
         try:
-            conn.send_packed_command(conn.pack_commands(
-                [("EVALSHA", sha, 1, self._registry, *args) for sha, args in calls]))
+            conn.send_packed_command(
+                conn.pack_commands(
+                    [("EVALSHA", sha, 1, self._registry, *args) for sha, args in calls]
+                )
+            )
             replies = []
             for _ in calls:
                 try:
@@ -235,8 +248,11 @@ class RedisShard(Shard):
     def delete_queue(self, queue: str) -> None:
         """Unregister the queue and UNLINK its keys in one script call: a queue's jobs live in
         a fixed number of keys per priority, and Redis frees large ones in the background."""
-        self._run(self._scripts.delete_queue, queue,
-                  [queue, self._prefix(queue), self.limits.num_priorities])
+        self._run(
+            self._scripts.delete_queue,
+            queue,
+            [queue, self._prefix(queue), self.limits.num_priorities],
+        )
 
     def queue_names(self) -> set[str]:
         with self._errors():
@@ -247,93 +263,160 @@ class RedisShard(Shard):
         args: list[Any] = [queue, self._prefix(queue), self._offset(), len(jobs)]
         cap = self.limits.status_cap
         for job in jobs:
-            args += [job.priority, "" if job.run_after_ms is None else int(job.run_after_ms),
-                     job.attempts_allowed, _encode_text(job.custom_status[:cap]), job.body]
+            args += [
+                job.priority,
+                "" if job.run_after_ms is None else int(job.run_after_ms),
+                job.attempts_allowed,
+                _encode_text(job.custom_status[:cap]),
+                job.body,
+            ]
         return [int(i) for i in self._run(self._scripts.enqueue, queue, args)]
 
-    def dequeue(self, queue: str, priority: int, limit: int,
-                claim: str | None) -> list[DequeuedJob]:
+    def dequeue(
+        self, queue: str, priority: int, limit: int, claim: str | None
+    ) -> list[DequeuedJob]:
         if claim is None:
-            records, _, _ = self._page(queue, priority, JobState.PENDING, "asc", "", "due",
-                                       max(limit, 0), with_body=True)
-            return [DequeuedJob(r.priority, r.local_id, r.body or b"", r.attempts_allowed,
-                                r.attempts_remaining, None) for r in records]
+            records, _, _ = self._page(
+                queue, priority, JobState.PENDING, "asc", "", "due", max(limit, 0), with_body=True
+            )
+            return [
+                DequeuedJob(
+                    r.priority,
+                    r.local_id,
+                    r.body or b"",
+                    r.attempts_allowed,
+                    r.attempts_remaining,
+                    None,
+                )
+                for r in records
+            ]
         if limit <= 0:
             self._check_queue(queue)
             return []
-        flat = self._run(self._scripts.dequeue, queue,
-                         self._dequeue_args(queue, priority, limit, claim))
+        flat = self._run(
+            self._scripts.dequeue, queue, self._dequeue_args(queue, priority, limit, claim)
+        )
         return _dequeued(flat, priority, claim)
 
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         return int(self._run(self._scripts.ack, queue, self._ack_args(queue, succeeded, failed)))
 
-    def ack_and_dequeue(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack],
-                        priority: int, limit: int, claim: str) -> tuple[int, list[DequeuedJob]]:
+    def ack_and_dequeue(
+        self,
+        queue: str,
+        succeeded: Sequence[Ack],
+        failed: Sequence[Ack],
+        priority: int,
+        limit: int,
+        claim: str,
+    ) -> tuple[int, list[DequeuedJob]]:
         """ack.lua then dequeue.lua sent together on one connection: one round trip. Redis runs
         them in order; each reply is read even when the first is an error."""
         if limit <= 0:
             return super().ack_and_dequeue(queue, succeeded, failed, priority, limit, claim)
-        applied, flat = self._run_all(queue, [
-            (self._scripts.ack, self._ack_args(queue, succeeded, failed)),
-            (self._scripts.dequeue, self._dequeue_args(queue, priority, limit, claim))])
+        applied, flat = self._run_all(
+            queue,
+            [
+                (self._scripts.ack, self._ack_args(queue, succeeded, failed)),
+                (self._scripts.dequeue, self._dequeue_args(queue, priority, limit, claim)),
+            ],
+        )
         return int(applied), _dequeued(flat, priority, claim)
 
     def _dequeue_args(self, queue: str, priority: int, limit: int, claim: str) -> list[Any]:
         return [queue, self._prefix(queue), self._offset(), priority, limit, claim]
 
-    def _ack_args(self, queue: str, succeeded: Sequence[Ack],
-                  failed: Sequence[Ack]) -> list[Any]:
+    def _ack_args(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> list[Any]:
         groups = _ack_groups(succeeded, failed)
-        args: list[Any] = [queue, self._prefix(queue), self._offset(), self.limits.status_cap,
-                           len(groups)]
+        args: list[Any] = [
+            queue,
+            self._prefix(queue),
+            self._offset(),
+            self.limits.status_cap,
+            len(groups),
+        ]
         for header, ids in groups:
             args += [*header, "".join(ids)]
         return args
 
     def checkpoint(self, queue: str, checkpoints: Sequence[Checkpoint]) -> int:
-        args: list[Any] = [queue, self._prefix(queue), self._offset(), self.limits.status_cap,
-                           len(checkpoints)]
+        args: list[Any] = [
+            queue,
+            self._prefix(queue),
+            self._offset(),
+            self.limits.status_cap,
+            len(checkpoints),
+        ]
         for cp in checkpoints:
-            args += [cp.priority, keys.id19(cp.local_id), *_match_args(cp.match),
-                     b"" if cp.new_body is None else cp.new_body,
-                     "0" if cp.new_body is None else "1",
-                     "1" if cp.move_to_pending else "0",
-                     "" if cp.run_after_ms is None else keys.clamp_run_after(cp.run_after_ms),
-                     "" if cp.attempts_allowed is None else int(cp.attempts_allowed),
-                     _encode_text(cp.prepend_status or "")]
+            args += [
+                cp.priority,
+                keys.id19(cp.local_id),
+                *_match_args(cp.match),
+                b"" if cp.new_body is None else cp.new_body,
+                "0" if cp.new_body is None else "1",
+                "1" if cp.move_to_pending else "0",
+                "" if cp.run_after_ms is None else keys.clamp_run_after(cp.run_after_ms),
+                "" if cp.attempts_allowed is None else int(cp.attempts_allowed),
+                _encode_text(cp.prepend_status or ""),
+            ]
         return int(self._run(self._scripts.checkpoint, queue, args))
 
-    def lookup(self, queue: str, refs: Sequence[tuple[int, int]],
-               include_body: bool) -> list[JobRecord]:
+    def lookup(
+        self, queue: str, refs: Sequence[tuple[int, int]], include_body: bool
+    ) -> list[JobRecord]:
         args: list[Any] = [queue, self._prefix(queue), "1" if include_body else "0", len(refs)]
         for priority, local_id in refs:
             args += [priority, keys.id19(local_id)]
         return _records(self._run(self._scripts.lookup, queue, args), include_body)
 
-    def count(self, queue: str, state: JobState, priorities: Sequence[int], future: bool,
-              cap: int, body_filter: BodyFilter | None) -> int:
+    def count(
+        self,
+        queue: str,
+        state: JobState,
+        priorities: Sequence[int],
+        future: bool,
+        cap: int,
+        body_filter: BodyFilter | None,
+    ) -> int:
         if body_filter is None:
-            args = [queue, self._prefix(queue), self._offset(), int(state),
-                    "1" if future else "0", max(int(cap), 0), len(priorities), *priorities]
+            args = [
+                queue,
+                self._prefix(queue),
+                self._offset(),
+                int(state),
+                "1" if future else "0",
+                max(int(cap), 0),
+                len(priorities),
+                *priorities,
+            ]
             return int(self._run(self._scripts.count, queue, args))
         total, cap = 0, max(int(cap), 0)
         self._check_queue(queue)
         for priority in priorities:
             if total >= cap:
                 break
-            for _ in self._filtered(queue, priority, state, "asc", "",
-                                    "future" if future else "due", body_filter):
+            for _ in self._filtered(
+                queue, priority, state, "asc", "", "future" if future else "due", body_filter
+            ):
                 total += 1
                 if total >= cap:
                     break
         return total
 
-    def scan(self, queue: str, state: JobState, bounds: Mapping[int, ScanBound | None],
-             future: bool, limit: int, body_filter: BodyFilter | None) -> list[JobRecord]:
+    def scan(
+        self,
+        queue: str,
+        state: JobState,
+        bounds: Mapping[int, ScanBound | None],
+        future: bool,
+        limit: int,
+        body_filter: BodyFilter | None,
+    ) -> list[JobRecord]:
         window = "future" if future else "due"
-        cursors = {p: "" if b is None else keys.index_member(b.run_after_ms, b.local_id)
-                   for p, b in bounds.items()}
+        cursors = {
+            p: "" if b is None else keys.index_member(b.run_after_ms, b.local_id)
+            for p, b in bounds.items()
+        }
         if limit <= 0 or not bounds:
             self._check_queue(queue)
             return []
@@ -341,8 +424,9 @@ class RedisShard(Shard):
             out = []
             for priority, cursor in cursors.items():
                 found = 0
-                for record in self._filtered(queue, priority, state, "desc", cursor, window,
-                                             body_filter):
+                for record in self._filtered(
+                    queue, priority, state, "desc", cursor, window, body_filter
+                ):
                     out.append(replace(record, body=None))
                     found += 1
                     if found >= limit:
@@ -351,9 +435,13 @@ class RedisShard(Shard):
         with self._errors(queue):
             pipe = self._client.pipeline(transaction=False)
             for priority, cursor in cursors.items():
-                self._scripts.page(keys=[self._registry], client=pipe,
-                                   args=self._page_args(queue, priority, state, "desc", cursor,
-                                                        window, limit, False))
+                self._scripts.page(
+                    keys=[self._registry],
+                    client=pipe,
+                    args=self._page_args(
+                        queue, priority, state, "desc", cursor, window, limit, False
+                    ),
+                )
             pages = pipe.execute(raise_on_error=False)
         out = []
         for page in pages:
@@ -363,45 +451,80 @@ class RedisShard(Shard):
             out += _records(page[2:], False)
         return out
 
-    def retry_failed(self, queue: str, priority: int, attempts_remaining: int,
-                     run_after_ms: int | None, limit: int) -> int:
-        args = [queue, self._prefix(queue), self._offset(), priority, int(attempts_remaining),
-                "" if run_after_ms is None else keys.clamp_run_after(run_after_ms),
-                max(int(limit), 0)]
+    def retry_failed(
+        self,
+        queue: str,
+        priority: int,
+        attempts_remaining: int,
+        run_after_ms: int | None,
+        limit: int,
+    ) -> int:
+        args = [
+            queue,
+            self._prefix(queue),
+            self._offset(),
+            priority,
+            int(attempts_remaining),
+            "" if run_after_ms is None else keys.clamp_run_after(run_after_ms),
+            max(int(limit), 0),
+        ]
         return int(self._run(self._scripts.retry_failed, queue, args))
 
-    def delete_jobs(self, queue: str, state: JobState, priority: int, limit: int,
-                    body_filter: BodyFilter | None) -> int:
+    def delete_jobs(
+        self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
+    ) -> int:
         if body_filter is None or limit <= 0:
             args = [queue, self._prefix(queue), priority, int(state), max(int(limit), 0), 0]
             return int(self._run(self._scripts.delete_jobs, queue, args))
         deleted, cursor = 0, ""
         while deleted < limit:
-            records, scanned, cursor = self._page(queue, priority, state, "asc", cursor, "all",
-                                                  FILTER_PAGE_SIZE, with_body=True)
+            records, scanned, cursor = self._page(
+                queue, priority, state, "asc", cursor, "all", FILTER_PAGE_SIZE, with_body=True
+            )
             matches = [keys.id19(r.local_id) for r in records if body_filter(r.body or b"")]
-            matches = matches[:limit - deleted]
+            matches = matches[: limit - deleted]
             if matches:
-                args = [queue, self._prefix(queue), priority, int(state), len(matches),
-                        len(matches), *matches]
+                args = [
+                    queue,
+                    self._prefix(queue),
+                    priority,
+                    int(state),
+                    len(matches),
+                    len(matches),
+                    *matches,
+                ]
                 deleted += int(self._run(self._scripts.delete_jobs, queue, args))
             if scanned < FILTER_PAGE_SIZE:
                 break
         return deleted
 
     # ---- janitor ----
-    def reclaim_expired(self, queue: str, priority: int, claim_timeout_ms: int,
-                        limit: int) -> ReclaimCounts:
-        args = [queue, self._prefix(queue), self._offset(), priority, int(claim_timeout_ms),
-                max(int(limit), 0)]
+    def reclaim_expired(
+        self, queue: str, priority: int, claim_timeout_ms: int, limit: int
+    ) -> ReclaimCounts:
+        args = [
+            queue,
+            self._prefix(queue),
+            self._offset(),
+            priority,
+            int(claim_timeout_ms),
+            max(int(limit), 0),
+        ]
         retried, failed = self._run(self._scripts.reclaim, queue, args)
         return ReclaimCounts(retried=int(retried), failed=int(failed))
 
     def purge(self, queue: str, priority: int, state: JobState, ttl_ms: int, limit: int) -> int:
         if state not in (JobState.SUCCEEDED, JobState.FAILED):
             raise ValueError(f"purge applies to terminal states only, not {state.name}")
-        args = [queue, self._prefix(queue), self._offset(), priority, int(state), int(ttl_ms),
-                max(int(limit), 0)]
+        args = [
+            queue,
+            self._prefix(queue),
+            self._offset(),
+            priority,
+            int(state),
+            int(ttl_ms),
+            max(int(limit), 0),
+        ]
         return int(self._run(self._scripts.purge, queue, args))
 
     # ---- health ----
@@ -423,25 +546,66 @@ class RedisShard(Shard):
     def _check_queue(self, queue: str) -> None:
         self._run(self._scripts.lookup, queue, [queue, self._prefix(queue), "0", 0])
 
-    def _page_args(self, queue: str, priority: int, state: JobState, direction: str,
-                   cursor: str, window: str, size: int, with_body: bool) -> list[Any]:
-        return [queue, self._prefix(queue), self._offset(), priority, int(state), direction,
-                cursor, window, size, "1" if with_body else "0"]
+    def _page_args(
+        self,
+        queue: str,
+        priority: int,
+        state: JobState,
+        direction: str,
+        cursor: str,
+        window: str,
+        size: int,
+        with_body: bool,
+    ) -> list[Any]:
+        return [
+            queue,
+            self._prefix(queue),
+            self._offset(),
+            priority,
+            int(state),
+            direction,
+            cursor,
+            window,
+            size,
+            "1" if with_body else "0",
+        ]
 
-    def _page(self, queue: str, priority: int, state: JobState, direction: str, cursor: str,
-              window: str, size: int, *, with_body: bool) -> tuple[list[JobRecord], int, str]:
+    def _page(
+        self,
+        queue: str,
+        priority: int,
+        state: JobState,
+        direction: str,
+        cursor: str,
+        window: str,
+        size: int,
+        *,
+        with_body: bool,
+    ) -> tuple[list[JobRecord], int, str]:
         """One page.lua call: (records, index members read, cursor for the next page)."""
-        flat = self._run(self._scripts.page, queue, self._page_args(
-            queue, priority, state, direction, cursor, window, size, with_body))
+        flat = self._run(
+            self._scripts.page,
+            queue,
+            self._page_args(queue, priority, state, direction, cursor, window, size, with_body),
+        )
         return _records(flat[2:], with_body), int(flat[0]), flat[1].decode()
 
-    def _filtered(self, queue: str, priority: int, state: JobState, direction: str,
-                  cursor: str, window: str, body_filter: BodyFilter) -> Iterator[JobRecord]:
+    def _filtered(
+        self,
+        queue: str,
+        priority: int,
+        state: JobState,
+        direction: str,
+        cursor: str,
+        window: str,
+        body_filter: BodyFilter,
+    ) -> Iterator[JobRecord]:
         """Records (with bodies) whose body passes the filter, page by page; the filter's own
         errors (e.g. a PinLaterError for a regex over its budget) propagate."""
         while True:
-            records, scanned, cursor = self._page(queue, priority, state, direction, cursor,
-                                                  window, FILTER_PAGE_SIZE, with_body=True)
+            records, scanned, cursor = self._page(
+                queue, priority, state, direction, cursor, window, FILTER_PAGE_SIZE, with_body=True
+            )
             for record in records:
                 if body_filter(record.body or b""):
                     yield record
@@ -451,8 +615,12 @@ class RedisShard(Shard):
 
 def _dequeued(flat: Sequence[Any], priority: int, claim: str) -> list[DequeuedJob]:
     """dequeue.lua's reply (id, body, attempts allowed, attempts remaining per job)."""
-    return [new_dequeued_job(priority, int(flat[i]), flat[i + 1], int(flat[i + 2]),
-                             int(flat[i + 3]), claim) for i in range(0, len(flat), 4)]
+    return [
+        new_dequeued_job(
+            priority, int(flat[i]), flat[i + 1], int(flat[i + 2]), int(flat[i + 3]), claim
+        )
+        for i in range(0, len(flat), 4)
+    ]
 
 
 def _encode_text(text: str) -> bytes:
@@ -463,8 +631,7 @@ def _decode_text(raw: bytes | None) -> str:
     return "" if raw is None else raw.decode("utf-8", "surrogatepass")
 
 
-def _ack_groups(succeeded: Sequence[Ack],
-                failed: Sequence[Ack]) -> list[tuple[tuple, list[str]]]:
+def _ack_groups(succeeded: Sequence[Ack], failed: Sequence[Ack]) -> list[tuple[tuple, list[str]]]:
     """Acks as ack.lua takes them: runs of consecutive acks (successes first, request order
     kept) that share kind, priority, claim match, status and delay, each with its id19s. A
     typical batch is one run, so redis-py packs a few large arguments instead of 7 per ack."""
@@ -472,15 +639,21 @@ def _ack_groups(succeeded: Sequence[Ack],
     last: tuple | None = None
     for kind, acks in (("S", succeeded), ("F", failed)):
         for ack in acks:
-            header = (kind, ack.priority, *_match_args(ack.match), ack.append_status,
-                      ack.retry_delay_ms)
+            header = (
+                kind,
+                ack.priority,
+                *_match_args(ack.match),
+                ack.append_status,
+                ack.retry_delay_ms,
+            )
             if header != last:
                 last = header
                 groups.append((header, []))
             groups[-1][1].append(keys.id19(ack.local_id))
-    return [((kind, prio, mode, value, _encode_text(status),
-              min(max(int(delay), 0), keys.RA_MAX)), ids)
-            for (kind, prio, mode, value, status, delay), ids in groups]
+    return [
+        ((kind, prio, mode, value, _encode_text(status), min(max(int(delay), 0), keys.RA_MAX)), ids)
+        for (kind, prio, mode, value, status, delay), ids in groups
+    ]
 
 
 def _match_args(match) -> tuple[str, str]:
@@ -493,11 +666,20 @@ def _match_args(match) -> tuple[str, str]:
 def _records(flat: Sequence[Any], with_body: bool) -> list[JobRecord]:
     out = []
     for i in range(0, len(flat), _RECORD_WIDTH):
-        prio, id_, state, aa, ar, cs, ca, ra, ua, cl, body = flat[i:i + _RECORD_WIDTH]
-        out.append(JobRecord(
-            priority=int(prio), local_id=int(id_), state=JobState(int(state)),
-            attempts_allowed=int(aa), attempts_remaining=int(ar), custom_status=_decode_text(cs),
-            created_at_ms=int(ca), run_after_ms=int(ra), updated_at_ms=int(ua),
-            claim=None if cl is None else _decode_text(cl),
-            body=(body if body is not None else b"") if with_body else None))
+        prio, id_, state, aa, ar, cs, ca, ra, ua, cl, body = flat[i : i + _RECORD_WIDTH]
+        out.append(
+            JobRecord(
+                priority=int(prio),
+                local_id=int(id_),
+                state=JobState(int(state)),
+                attempts_allowed=int(aa),
+                attempts_remaining=int(ar),
+                custom_status=_decode_text(cs),
+                created_at_ms=int(ca),
+                run_after_ms=int(ra),
+                updated_at_ms=int(ua),
+                claim=None if cl is None else _decode_text(cl),
+                body=(body if body is not None else b"") if with_body else None,
+            )
+        )
     return out

@@ -21,8 +21,19 @@ from backends.redis_keys import LUA_CONSTANTS
 
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPT_NAMES = (
-    "create_queue", "delete_queue", "enqueue", "dequeue", "ack", "checkpoint", "lookup",
-    "page", "count", "retry_failed", "delete_jobs", "reclaim", "purge",
+    "create_queue",
+    "delete_queue",
+    "enqueue",
+    "dequeue",
+    "ack",
+    "checkpoint",
+    "lookup",
+    "page",
+    "count",
+    "retry_failed",
+    "delete_jobs",
+    "reclaim",
+    "purge",
 )
 
 

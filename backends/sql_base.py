@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pinlater.storage.contract import BodyFilter, Shard
 from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
+from pinlater.storage.contract import BodyFilter, Shard
 from pinlater.storage.models import (
     Ack,
     Checkpoint,
@@ -134,7 +134,7 @@ def id_chunks(ids: Sequence[int]) -> Iterator[dict[str, int]]:
     """Bind parameters for `{ids}` in chunks of at most MAX_ID_LIST, padded to a power of two
     (so a handful of statement texts serve every list length)."""
     for start in range(0, len(ids), MAX_ID_LIST):
-        chunk = list(ids[start:start + MAX_ID_LIST])
+        chunk = list(ids[start : start + MAX_ID_LIST])
         size = 1 << (len(chunk) - 1).bit_length()
         chunk += [_NO_ID] * (size - len(chunk))
         yield {f"id_{i}": local_id for i, local_id in enumerate(chunk)}
@@ -146,18 +146,24 @@ def truncate_status(status: str | None, cap: int) -> str:
 
 
 def _record(row: Sequence[Any], priority: int) -> JobRecord:
-    (local_id, state, allowed, remaining, status, created, run_after, updated, claim,
-     body) = row
-    return JobRecord(priority=priority, local_id=local_id, state=JobState(state),
-                     attempts_allowed=allowed, attempts_remaining=remaining,
-                     custom_status=status or "", created_at_ms=created, run_after_ms=run_after,
-                     updated_at_ms=updated, claim=claim,
-                     body=None if body is None else bytes(body))
+    (local_id, state, allowed, remaining, status, created, run_after, updated, claim, body) = row
+    return JobRecord(
+        priority=priority,
+        local_id=local_id,
+        state=JobState(state),
+        attempts_allowed=allowed,
+        attempts_remaining=remaining,
+        custom_status=status or "",
+        created_at_ms=created,
+        run_after_ms=run_after,
+        updated_at_ms=updated,
+        claim=claim,
+        body=None if body is None else bytes(body),
+    )
 
 
 def _match_params(match: ClaimMatch) -> dict[str, Any]:
-    return {"claim": match.claim, "source": match.source,
-            "source_pos": CLAIM_SOURCE_OFFSET + 1}
+    return {"claim": match.claim, "source": match.source, "source_pos": CLAIM_SOURCE_OFFSET + 1}
 
 
 class SQLShard(Shard):
@@ -200,8 +206,14 @@ class SQLShard(Shard):
         cur.execute(self._sql(name, table), params)
         return cur
 
-    def _by_ids(self, cur: Any, name: str, table: tuple[str, ...], ids: Sequence[int],
-                params: Mapping[str, Any]) -> tuple[int, list]:
+    def _by_ids(
+        self,
+        cur: Any,
+        name: str,
+        table: tuple[str, ...],
+        ids: Sequence[int],
+        params: Mapping[str, Any],
+    ) -> tuple[int, list]:
         """Run an `{ids}` query over `ids` in chunks; return (rows changed, rows fetched)."""
         changed, rows = 0, []
         for id_params in id_chunks(ids):
@@ -225,18 +237,24 @@ class SQLShard(Shard):
                 self._require_queue(cur, queue)
             for priority, indexes in by_priority.items():
                 table = self._job_table(cur, queue, priority)
-                rows = [{"attempts": jobs[i].attempts_allowed,
-                         "status": truncate_status(jobs[i].custom_status, cap), "now": now,
-                         "run_after": now if jobs[i].run_after_ms is None
-                         else jobs[i].run_after_ms,
-                         "body": bytes(jobs[i].body)} for i in indexes]
+                rows = [
+                    {
+                        "attempts": jobs[i].attempts_allowed,
+                        "status": truncate_status(jobs[i].custom_status, cap),
+                        "now": now,
+                        "run_after": now if jobs[i].run_after_ms is None else jobs[i].run_after_ms,
+                        "body": bytes(jobs[i].body),
+                    }
+                    for i in indexes
+                ]
                 new_ids = self._insert_jobs(cur, self._sql("enqueue_insert", table), rows)
                 for index, local_id in zip(indexes, new_ids, strict=True):
                     ids[index] = local_id
         return ids  # type: ignore[return-value]
 
-    def dequeue(self, queue: str, priority: int, limit: int,
-                claim: str | None) -> list[DequeuedJob]:
+    def dequeue(
+        self, queue: str, priority: int, limit: int, claim: str | None
+    ) -> list[DequeuedJob]:
         if claim is None:
             with self._read() as cur:
                 rows = self._select_eligible(cur, queue, priority, limit)[2]
@@ -244,8 +262,13 @@ class SQLShard(Shard):
             with self._write() as cur:
                 table, now, rows = self._select_eligible(cur, queue, priority, limit)
                 if rows:
-                    self._by_ids(cur, "claim_by_ids", table, [r[0] for r in rows],
-                                 {"claim": claim, "now": now})
+                    self._by_ids(
+                        cur,
+                        "claim_by_ids",
+                        table,
+                        [r[0] for r in rows],
+                        {"claim": claim, "now": now},
+                    )
         return [new_dequeued_job(priority, r[0], bytes(r[1]), r[2], r[3], claim) for r in rows]
 
     def _select_eligible(self, cur: Any, queue: str, priority: int, limit: int):
@@ -264,9 +287,17 @@ class SQLShard(Shard):
             for name, acks in (("ack_success", succeeded), ("ack_failure", failed)):
                 for priority, group in _by_priority(acks).items():
                     table = self._job_table(cur, queue, priority)
-                    rows = [{"id": a.local_id, "status": a.append_status or "", "cap": cap,
-                             "now": now, "delay": max(a.retry_delay_ms, 0),
-                             **_match_params(a.match)} for a in group]
+                    rows = [
+                        {
+                            "id": a.local_id,
+                            "status": a.append_status or "",
+                            "cap": cap,
+                            "now": now,
+                            "delay": max(a.retry_delay_ms, 0),
+                            **_match_params(a.match),
+                        }
+                        for a in group
+                    ]
                     cur.executemany(self._sql(name, table), rows)
                     applied += max(cur.rowcount, 0)
         return applied
@@ -280,19 +311,29 @@ class SQLShard(Shard):
                 self._require_queue(cur, queue)
             for priority, group in _by_priority(checkpoints).items():
                 table = self._job_table(cur, queue, priority)
-                rows = [{"id": c.local_id, "now": now, "cap": cap,
-                         "state": int(JobState.PENDING if c.move_to_pending
-                                      else JobState.IN_PROGRESS),
-                         "run_after": c.run_after_ms,
-                         "body": None if c.new_body is None else bytes(c.new_body),
-                         "attempts": c.attempts_allowed, "status": c.prepend_status or "",
-                         **_match_params(c.match)} for c in group]
+                rows = [
+                    {
+                        "id": c.local_id,
+                        "now": now,
+                        "cap": cap,
+                        "state": int(
+                            JobState.PENDING if c.move_to_pending else JobState.IN_PROGRESS
+                        ),
+                        "run_after": c.run_after_ms,
+                        "body": None if c.new_body is None else bytes(c.new_body),
+                        "attempts": c.attempts_allowed,
+                        "status": c.prepend_status or "",
+                        **_match_params(c.match),
+                    }
+                    for c in group
+                ]
                 cur.executemany(self._sql("checkpoint", table), rows)
                 applied += max(cur.rowcount, 0)
         return applied
 
-    def lookup(self, queue: str, refs: Sequence[tuple[int, int]],
-               include_body: bool) -> list[JobRecord]:
+    def lookup(
+        self, queue: str, refs: Sequence[tuple[int, int]], include_body: bool
+    ) -> list[JobRecord]:
         by_priority: dict[int, list[int]] = defaultdict(list)
         for priority, local_id in refs:
             by_priority[priority].append(local_id)
@@ -302,13 +343,21 @@ class SQLShard(Shard):
                 self._require_queue(cur, queue)
             for priority, ids in by_priority.items():
                 table = self._job_table(cur, queue, priority)
-                rows = self._by_ids(cur, "lookup_by_ids", table, ids,
-                                    {"with_body": int(include_body)})[1]
+                rows = self._by_ids(
+                    cur, "lookup_by_ids", table, ids, {"with_body": int(include_body)}
+                )[1]
                 records.update(((priority, r[0]), _record(r, priority)) for r in rows)
         return [records[ref] for ref in dict.fromkeys(refs) if ref in records]
 
-    def count(self, queue: str, state: JobState, priorities: Sequence[int], future: bool,
-              cap: int, body_filter: BodyFilter | None) -> int:
+    def count(
+        self,
+        queue: str,
+        state: JobState,
+        priorities: Sequence[int],
+        future: bool,
+        cap: int,
+        body_filter: BodyFilter | None,
+    ) -> int:
         total = 0
         with self._read() as cur:
             now = self._tx_now(cur)
@@ -326,8 +375,15 @@ class SQLShard(Shard):
                     total += len(_take(pages, priority, cap - total, body_filter))
         return min(total, cap)
 
-    def scan(self, queue: str, state: JobState, bounds: Mapping[int, ScanBound | None],
-             future: bool, limit: int, body_filter: BodyFilter | None) -> list[JobRecord]:
+    def scan(
+        self,
+        queue: str,
+        state: JobState,
+        bounds: Mapping[int, ScanBound | None],
+        future: bool,
+        limit: int,
+        body_filter: BodyFilter | None,
+    ) -> list[JobRecord]:
         records: list[JobRecord] = []
         with self._read() as cur:
             now = self._tx_now(cur)
@@ -335,23 +391,38 @@ class SQLShard(Shard):
                 self._require_queue(cur, queue)
             for priority, bound in bounds.items():
                 table = self._job_table(cur, queue, priority)
-                pages = self._scan_pages(cur, table, state, future, now, bound,
-                                         body_filter is not None, limit)
+                pages = self._scan_pages(
+                    cur, table, state, future, now, bound, body_filter is not None, limit
+                )
                 found = _take(pages, priority, limit, body_filter)
                 records.extend(r if r.body is None else _without_body(r) for r in found)
         return records
 
-    def _scan_pages(self, cur: Any, table: tuple[str, ...], state: JobState, future: bool,
-                    now: int, bound: ScanBound | None, with_body: bool,
-                    limit: int = FILTER_PAGE) -> Iterator[list]:
+    def _scan_pages(
+        self,
+        cur: Any,
+        table: tuple[str, ...],
+        state: JobState,
+        future: bool,
+        now: int,
+        bound: ScanBound | None,
+        with_body: bool,
+        limit: int = FILTER_PAGE,
+    ) -> Iterator[list]:
         """Pages of rows after `bound` in (run_after DESC, local_id DESC) order; bodies (and
         small pages) only when a filter needs them."""
         ra, last = (_TOP, _TOP) if bound is None else (bound.run_after_ms, bound.local_id)
         page = min(limit, FILTER_PAGE) if with_body else limit
         name = "scan_future" if future else "scan_current"
         while True:
-            params = {"state": int(state), "now": now, "ra": ra, "id": last, "limit": page,
-                      "with_body": int(with_body)}
+            params = {
+                "state": int(state),
+                "now": now,
+                "ra": ra,
+                "id": last,
+                "limit": page,
+                "with_body": int(with_body),
+            }
             rows = self._run(cur, name, table, params).fetchall()
             if not rows:
                 return
@@ -360,16 +431,27 @@ class SQLShard(Shard):
                 return
             last, ra = rows[-1][0], rows[-1][6]
 
-    def retry_failed(self, queue: str, priority: int, attempts_remaining: int,
-                     run_after_ms: int | None, limit: int) -> int:
+    def retry_failed(
+        self,
+        queue: str,
+        priority: int,
+        attempts_remaining: int,
+        run_after_ms: int | None,
+        limit: int,
+    ) -> int:
         with self._write() as cur:
             table = self._job_table(cur, queue, priority)
-            params = {"remaining": attempts_remaining, "run_after": run_after_ms,
-                      "now": self._tx_now(cur), "limit": limit}
+            params = {
+                "remaining": attempts_remaining,
+                "run_after": run_after_ms,
+                "now": self._tx_now(cur),
+                "limit": limit,
+            }
             return max(self._run(cur, "retry_failed", table, params).rowcount, 0)
 
-    def delete_jobs(self, queue: str, state: JobState, priority: int, limit: int,
-                    body_filter: BodyFilter | None) -> int:
+    def delete_jobs(
+        self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
+    ) -> int:
         if body_filter is None:
             with self._write() as cur:
                 table = self._job_table(cur, queue, priority)
@@ -387,8 +469,9 @@ class SQLShard(Shard):
             table = self._job_table(cur, queue, priority)
             return self._by_ids(cur, "delete_by_ids", table, ids, {"state": int(state)})[0]
 
-    def _filtered_ids(self, cur: Any, table: tuple[str, ...], state: JobState, limit: int,
-                      body_filter: BodyFilter) -> list[int]:
+    def _filtered_ids(
+        self, cur: Any, table: tuple[str, ...], state: JobState, limit: int, body_filter: BodyFilter
+    ) -> list[int]:
         ids: list[int] = []
         ra, last = -_TOP - 1, 0
         while len(ids) < limit:
@@ -401,8 +484,9 @@ class SQLShard(Shard):
         return ids[:limit]
 
     # ---- janitor ----
-    def reclaim_expired(self, queue: str, priority: int, claim_timeout_ms: int,
-                        limit: int) -> ReclaimCounts:
+    def reclaim_expired(
+        self, queue: str, priority: int, claim_timeout_ms: int, limit: int
+    ) -> ReclaimCounts:
         with self._write() as cur:
             table = self._job_table(cur, queue, priority)
             now = self._tx_now(cur)
@@ -428,8 +512,9 @@ def _by_priority(items: Sequence[Any]) -> dict[int, list[Any]]:
     return groups
 
 
-def _take(pages: Iterator[list], priority: int, limit: int,
-          body_filter: Callable[[bytes], bool] | None) -> list[JobRecord]:
+def _take(
+    pages: Iterator[list], priority: int, limit: int, body_filter: Callable[[bytes], bool] | None
+) -> list[JobRecord]:
     """Up to `limit` records from `pages` that pass the filter (stops fetching when enough)."""
     found: list[JobRecord] = []
     for rows in pages:

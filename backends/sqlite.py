@@ -30,15 +30,17 @@ from typing import Any
 
 from backends.sql_base import QueryBook, SQLDialect, SQLShard
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
-from pinlater.common.sections import ConfigError
-from pinlater.storage.specs import parse_shard_list
-from pinlater.errors import QueueNotFound
-from pinlater.storage.errors import ShardError, StorageFull
+from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
+from pinlater.storage.specs import ConfigError, parse_shard_list
 
 SQLITE = SQLDialect(name="sqlite", param_format=":{}", quote_char='"')
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
-DEFAULT_OPTIONS = {"data_dir": "./pinlater-data", "synchronous": "FULL",
-                   "busy_timeout_ms": 5000, "clock": time.time}
+DEFAULT_OPTIONS = {
+    "data_dir": "./pinlater-data",
+    "synchronous": "FULL",
+    "busy_timeout_ms": 5000,
+    "clock": time.time,
+}
 #: idle connections kept per shard (more are opened under load and closed when released)
 MAX_IDLE_CONNECTIONS = 16
 _RETRIABLE = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_CANTOPEN")
@@ -62,22 +64,28 @@ class SQLiteBackend(Backend):
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
-        problems = [f"{path}.{key}: unknown key (expected one of {', '.join(DEFAULT_OPTIONS)})"
-                    for key in raw if key not in DEFAULT_OPTIONS]
+        problems = [
+            f"{path}.{key}: unknown key (expected one of {', '.join(DEFAULT_OPTIONS)})"
+            for key in raw
+            if key not in DEFAULT_OPTIONS
+        ]
         options = {**DEFAULT_OPTIONS, **{k: v for k, v in raw.items() if k in DEFAULT_OPTIONS}}
         if not isinstance(options["data_dir"], str) or not options["data_dir"].strip():
             problems.append(f"{path}.data_dir: must be a non-empty path")
         mode = str(options["synchronous"]).upper()
         if mode not in SYNCHRONOUS_MODES:
-            problems.append(f"{path}.synchronous: {options['synchronous']!r} is not one of "
-                            f"{', '.join(SYNCHRONOUS_MODES)}")
+            problems.append(
+                f"{path}.synchronous: {options['synchronous']!r} is not one of "
+                f"{', '.join(SYNCHRONOUS_MODES)}"
+            )
         options["synchronous"] = mode
         timeout = options["busy_timeout_ms"]
         if isinstance(timeout, str) and timeout.isascii() and timeout.isdigit():
             timeout = options["busy_timeout_ms"] = int(timeout)
         if isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 <= timeout <= 600_000:
-            problems.append(f"{path}.busy_timeout_ms: expected an integer in 0..600000, "
-                            f"got {timeout!r}")
+            problems.append(
+                f"{path}.busy_timeout_ms: expected an integer in 0..600000, got {timeout!r}"
+            )
         if not callable(options["clock"]):
             problems.append(f"{path}.clock: must be a callable returning epoch seconds")
         if problems:
@@ -89,18 +97,25 @@ class SQLiteBackend(Backend):
         specs = parse_shard_list(SQLiteShardSpec, raw, path, default=[{"name": "1"}])
         data_dir = options.get("data_dir", DEFAULT_OPTIONS["data_dir"])
         files = [shard_file(data_dir, spec) for spec in specs]  # type: ignore[arg-type]
-        problems = [f"{path}[{i}].path: {files[i]} is used by another shard"
-                    for i in range(len(files)) if files[i] in files[:i]]
+        problems = [
+            f"{path}[{i}].path: {files[i]} is used by another shard"
+            for i in range(len(files))
+            if files[i] in files[:i]
+        ]
         if problems:
             raise ConfigError(problems)
         return specs
 
     def open_shard(self, spec: ShardSpec) -> SQLiteShard:
         assert isinstance(spec, SQLiteShardSpec), spec
-        return SQLiteShard(spec, self.limits, shard_file(self.options["data_dir"], spec),
-                           synchronous=self.options["synchronous"],
-                           busy_timeout_ms=self.options["busy_timeout_ms"],
-                           clock=self.options["clock"])
+        return SQLiteShard(
+            spec,
+            self.limits,
+            shard_file(self.options["data_dir"], spec),
+            synchronous=self.options["synchronous"],
+            busy_timeout_ms=self.options["busy_timeout_ms"],
+            clock=self.options["clock"],
+        )
 
 
 def shard_file(data_dir: str, spec: SQLiteShardSpec) -> Path:
@@ -111,9 +126,16 @@ class SQLiteShard(SQLShard):
     dialect = SQLITE
     queries = QueryBook(SQLITE)
 
-    def __init__(self, spec: ShardSpec, limits: StorageLimits, path: Path, *,
-                 synchronous: str = "FULL", busy_timeout_ms: int = 5000,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        spec: ShardSpec,
+        limits: StorageLimits,
+        path: Path,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = 5000,
+        clock: Callable[[], float] = time.time,
+    ):
         super().__init__(spec, limits)
         self.path = path
         self.synchronous = synchronous
@@ -166,8 +188,13 @@ class SQLiteShard(SQLShard):
 
     # ---- connections and transactions ----
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                               timeout=self.busy_timeout_ms / 1000, cached_statements=512)
+        conn = sqlite3.connect(
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=self.busy_timeout_ms / 1000,
+            cached_statements=512,
+        )
         conn.execute(f"PRAGMA synchronous={self.synchronous}")
         conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
         return conn
@@ -234,8 +261,9 @@ class SQLiteShard(SQLShard):
         code = getattr(exc, "sqlite_errorname", "") or ""
         if code.startswith("SQLITE_FULL"):
             return StorageFull(f"shard {self.name}: {exc}")
-        return ShardError(self.name, f"{code or type(exc).__name__}: {exc}",
-                          retriable=code.startswith(_RETRIABLE))
+        return ShardError(
+            self.name, f"{code or type(exc).__name__}: {exc}", retriable=code.startswith(_RETRIABLE)
+        )
 
     # ---- SQLShard hooks ----
     def _job_table(self, cur: Any, queue: str, priority: int) -> tuple[str, ...]:
@@ -264,10 +292,11 @@ class SQLiteShard(SQLShard):
         for priority in range(1, self.limits.num_priorities + 1):
             table = f"q{queue_id}_p{priority}"
             cur.execute(self.queries.render("create_job_table", table=(table,)))
-            for name, suffix in (("create_dequeue_index", "ready"),
-                                 ("create_updated_index", "updated")):
-                cur.execute(self.queries.render(name, table=(table,),
-                                                index=(f"{table}_{suffix}",)))
+            for name, suffix in (
+                ("create_dequeue_index", "ready"),
+                ("create_updated_index", "updated"),
+            ):
+                cur.execute(self.queries.render(name, table=(table,), index=(f"{table}_{suffix}",)))
 
     def delete_queue(self, queue: str) -> None:
         with self._write() as cur:
@@ -275,8 +304,11 @@ class SQLiteShard(SQLShard):
             if row is None:
                 return
             own = re.compile(rf"q{row[0]}_p[0-9]+", re.ASCII)
-            tables = [name for (name,) in cur.execute(self.queries.render("job_tables"))
-                      if own.fullmatch(name)]
+            tables = [
+                name
+                for (name,) in cur.execute(self.queries.render("job_tables"))
+                if own.fullmatch(name)
+            ]
             for table in tables:
                 cur.execute(self.queries.render("drop_job_table", table=(table,)))
             cur.execute(self.queries.render("queue_delete"), {"name": queue})
@@ -292,8 +324,10 @@ class SQLiteShard(SQLShard):
 
     def durability_warnings(self) -> list[str]:
         if self.synchronous != "FULL":
-            return [f"shard {self.name}: synchronous={self.synchronous} may lose the last "
-                    "committed jobs on a power failure (use FULL)"]
+            return [
+                f"shard {self.name}: synchronous={self.synchronous} may lose the last "
+                "committed jobs on a power failure (use FULL)"
+            ]
         return []
 
     def close(self) -> None:

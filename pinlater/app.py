@@ -11,21 +11,21 @@ import time
 
 from backends import backend_class
 from pinlater import config as config_module
-from pinlater.server.admission import Admission
-from pinlater.ops.queue_slots import QueueSlots
 from pinlater.config import Config
-from pinlater.server.http import MetricsServer, health_report
-from pinlater.ops.janitor import Janitor, JanitorThread
-from pinlater.ops.maintenance import MaintenanceThread, ShardMapWatcher
-from pinlater.ops.depth import DepthCollector, DepthThread
-from pinlater.ops.metrics import Metrics, live_gauges
-from pinlater.ops.observer import OperatingObserver
-from pinlater.ops.queue_settings import QueueConfigWatcher, WatcherThread, check_files
-from pinlater.ops.rate_limiter import QueueRateLimiter
-from pinlater.ops.request_log import RequestLog
 from pinlater.handler.handler import PinLaterHandler
 from pinlater.handler.observer import RequestObserver
 from pinlater.idl import PinLater
+from pinlater.ops.depth import DepthCollector, DepthThread
+from pinlater.ops.janitor import Janitor, JanitorThread
+from pinlater.ops.maintenance import MaintenanceThread, ShardMapWatcher
+from pinlater.ops.metrics import Metrics, live_gauges
+from pinlater.ops.observer import OperatingObserver
+from pinlater.ops.queue_settings import QueueConfigWatcher, WatcherThread, check_files
+from pinlater.ops.queue_slots import QueueSlots
+from pinlater.ops.rate_limiter import QueueRateLimiter
+from pinlater.ops.request_log import RequestLog
+from pinlater.server.admission import Admission
+from pinlater.server.http import MetricsServer, health_report
 from pinlater.storage.sharded import ShardedBackend
 
 log = logging.getLogger(__name__)
@@ -40,16 +40,18 @@ def _check_queue_files(config: Config) -> list[str]:
 
 
 #: `pinlater.config.load_config` with the backend registry and the operating checks
-load_config = functools.partial(config_module.load_config, resolve_backend=backend_class,
-                                checks=(_check_queue_files,))
+load_config = functools.partial(
+    config_module.load_config, resolve_backend=backend_class, checks=(_check_queue_files,)
+)
 
 
 class NotDurable(Exception):
     """`backend.require_durable` is set and some shard could lose accepted jobs."""
 
     def __init__(self, warnings: list[str]):
-        super().__init__(f"backend.require_durable is set and {len(warnings)} durability "
-                         "problem(s) were found")
+        super().__init__(
+            f"backend.require_durable is set and {len(warnings)} durability problem(s) were found"
+        )
         self.warnings = warnings
 
 
@@ -61,23 +63,37 @@ class App:
         backend_cls = backend_class(config.backend.kind)
         self.backend = backend_cls(config.backend.options, config.storage_limits())
         self.store = ShardedBackend(
-            self.backend, config.backend.shards, num_priorities=config.priorities.levels,
+            self.backend,
+            config.backend.shards,
+            num_priorities=config.priorities.levels,
             retries=config.sharding.retries,
-            unhealthy_after_failures=config.sharding.unhealthy_after_failures)
+            unhealthy_after_failures=config.sharding.unhealthy_after_failures,
+        )
         self.started = time.monotonic()
         try:
             self._build_operating(config)
         except BaseException:
             self.store.close()
             raise
-        self.handler = PinLaterHandler(self.store, config, observer or OperatingObserver(
-            self.metrics, self.limiter, QueueSlots(config.admission.dequeue_cap_per_queue(
-                config.server.worker_threads)),
-            RequestLog(config.request_log.max_warnings_per_peer_per_minute)))
+        self.handler = PinLaterHandler(
+            self.store,
+            config,
+            observer
+            or OperatingObserver(
+                self.metrics,
+                self.limiter,
+                QueueSlots(config.admission.dequeue_cap_per_queue(config.server.worker_threads)),
+                RequestLog(config.request_log.max_warnings_per_peer_per_minute),
+            ),
+        )
         self.janitor = Janitor(
-            self.store, config.janitor, on_queue_counts=self._janitor_counts,
+            self.store,
+            config.janitor,
+            on_queue_counts=self._janitor_counts,
             claim_timeout_for=lambda queue: self.queue_config.claim_timeout_for(
-                queue, config.janitor.claim_timeout_seconds))
+                queue, config.janitor.claim_timeout_seconds
+            ),
+        )
         self.metrics_server: MetricsServer | None = None
         self._threads: list = []
 
@@ -87,29 +103,41 @@ class App:
         self.store.call_observer = self.metrics.shard_call
         self.limiter = QueueRateLimiter()
         self.queue_config = QueueConfigWatcher(
-            config.queue_config, config.server_set_file,
+            config.queue_config,
+            config.server_set_file,
             on_change=lambda qc, servers: self.limiter.configure(qc.rates(), servers),
-            on_error=lambda kind: self.metrics.reload_errors.labels(kind).inc())
+            on_error=lambda kind: self.metrics.reload_errors.labels(kind).inc(),
+        )
         self.admission = Admission(
             config.admission.max_concurrent_requests,
-            config.admission.dequeue_cap(config.server.worker_threads), PinLater,
-            on_refused=lambda kind: self.metrics.admission_refused.labels(kind).inc())
+            config.admission.dequeue_cap(config.server.worker_threads),
+            PinLater,
+            on_refused=lambda kind: self.metrics.admission_refused.labels(kind).inc(),
+        )
         self.depth = DepthCollector(self.store, self.metrics, cap=config.metrics.depth_count_cap)
         self._server_stats = self.admission.stats
         self.metrics.registry.register(
-            live_gauges(self.store, lambda: self._server_stats(), self.limiter.shares))
+            live_gauges(self.store, lambda: self._server_stats(), self.limiter.shares)
+        )
 
     def attach_server(self, server) -> None:
         """Let the gauges read the network loop's connection count."""
-        self._server_stats = lambda: {"connections": server.connection_count(),
-                                      **self.admission.stats()}
+        self._server_stats = lambda: {
+            "connections": server.connection_count(),
+            **self.admission.stats(),
+        }
 
     def health(self) -> tuple[int, dict]:
         return health_report(self.store, self.started)
 
     def _janitor_counts(self, queue: str, counts) -> None:
-        self.metrics.janitor_queue(queue, counts.reclaimed_to_pending, counts.reclaimed_to_failed,
-                                   counts.purged_succeeded, counts.purged_failed)
+        self.metrics.janitor_queue(
+            queue,
+            counts.reclaimed_to_pending,
+            counts.reclaimed_to_failed,
+            counts.purged_succeeded,
+            counts.purged_failed,
+        )
 
     def start_background(self) -> None:
         """Start the janitor and shard maintenance threads; log durability warnings. Raises
@@ -126,21 +154,28 @@ class App:
             self._threads.append(JanitorThread(self.janitor, self.config.janitor.interval_seconds))
         watcher = None
         if self.config.backend.shard_map_file and self.backend.supports_shard_reload:
-            watcher = ShardMapWatcher(self.store, self.config.backend.shard_map_file,
-                                      self.config.backend.options)
+            watcher = ShardMapWatcher(
+                self.store, self.config.backend.shard_map_file, self.config.backend.options
+            )
         elif self.config.backend.shard_map_file:
-            log.warning("backend %s cannot reload its shard map; changes to %s need a restart",
-                        self.backend.kind, self.config.backend.shard_map_file)
-        self._threads.append(MaintenanceThread(
-            self.store, self.config.sharding.probe_interval_seconds, watcher))
+            log.warning(
+                "backend %s cannot reload its shard map; changes to %s need a restart",
+                self.backend.kind,
+                self.config.backend.shard_map_file,
+            )
+        self._threads.append(
+            MaintenanceThread(self.store, self.config.sharding.probe_interval_seconds, watcher)
+        )
         if self.config.queue_config or self.config.server_set_file:
             self._threads.append(WatcherThread(self.queue_config))
         metrics = self.config.metrics
         if metrics.port:
-            self.metrics_server = MetricsServer(metrics.host, metrics.port,
-                                                self.metrics.registry, self.health).start()
-            log.info("metrics on http://%s:%d/metrics (health: /health)",
-                     *self.metrics_server.address)
+            self.metrics_server = MetricsServer(
+                metrics.host, metrics.port, self.metrics.registry, self.health
+            ).start()
+            log.info(
+                "metrics on http://%s:%d/metrics (health: /health)", *self.metrics_server.address
+            )
             self._threads.append(DepthThread(self.depth, metrics.depth_interval_seconds))
         for thread in self._threads:
             thread.start()

@@ -19,8 +19,8 @@ import yaml
 
 from pinlater.common.passwords import parse_password_hash
 from pinlater.common.sections import ConfigError, build_section, coerce, hint
-from pinlater.common.tls import server_context
 from pinlater.common.sections import field_range as _range
+from pinlater.common.tls import server_context
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
 
 #: the composition root's registry: backend kind -> Backend class (KeyError naming the choices)
@@ -183,9 +183,11 @@ class Config:
     log_level: str = "INFO"
 
     def storage_limits(self) -> StorageLimits:
-        return StorageLimits(num_priorities=self.priorities.levels,
-                             body_cap=self.limits.body_max_bytes,
-                             status_cap=self.limits.custom_status_max_chars)
+        return StorageLimits(
+            num_priorities=self.priorities.levels,
+            body_cap=self.limits.body_max_bytes,
+            status_cap=self.limits.custom_status_max_chars,
+        )
 
 
 #: environment variable -> (section, key); applied over the file, under command-line flags
@@ -209,10 +211,14 @@ ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
 _SECTIONS = typing.get_type_hints(Config)
 
 
-def load_config(path: str | os.PathLike | None = None, *, resolve_backend: BackendResolver,
-                env: Mapping[str, str] | None = None,
-                overrides: Mapping[str, Mapping[str, Any] | Any] | None = None,
-                checks: tuple[ConfigCheck, ...] = ()) -> Config:
+def load_config(
+    path: str | os.PathLike | None = None,
+    *,
+    resolve_backend: BackendResolver,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any] | Any] | None = None,
+    checks: tuple[ConfigCheck, ...] = (),
+) -> Config:
     """Build the validated Config from an optional YAML file, the environment and overrides.
 
     `overrides` has the file's shape (e.g. {"server": {"port": 9011}}); used for CLI flags.
@@ -271,8 +277,9 @@ def _apply_env(raw: dict[str, Any], env: Mapping[str, str], problems: list[str])
         target[key] = env[var]
 
 
-def _build_config(raw: dict[str, Any], problems: list[str],
-                  resolve_backend: BackendResolver) -> Config:
+def _build_config(
+    raw: dict[str, Any], problems: list[str], resolve_backend: BackendResolver
+) -> Config:
     kwargs: dict[str, Any] = {}
     for key in raw:
         if key not in _SECTIONS:
@@ -302,11 +309,16 @@ def _build_config(raw: dict[str, Any], problems: list[str],
 def _check_operating(config: Config, problems: list[str]) -> None:
     """Cross-key checks of the operating settings."""
     admission, workers = config.admission, config.server.worker_threads
-    if admission.max_concurrent_dequeues and workers > 1 and (
-            admission.max_concurrent_dequeues >= workers):
-        problems.append(f"admission.max_concurrent_dequeues: {admission.max_concurrent_dequeues} "
-                        f"must be below server.worker_threads ({workers}) so dequeues cannot "
-                        "take every worker")
+    if (
+        admission.max_concurrent_dequeues
+        and workers > 1
+        and (admission.max_concurrent_dequeues >= workers)
+    ):
+        problems.append(
+            f"admission.max_concurrent_dequeues: {admission.max_concurrent_dequeues} "
+            f"must be below server.worker_threads ({workers}) so dequeues cannot "
+            "take every worker"
+        )
 
 
 def _check_tls(tls: TlsConfig, problems: list[str]) -> None:
@@ -319,18 +331,20 @@ def _check_tls(tls: TlsConfig, problems: list[str]) -> None:
     try:
         server_context(tls.cert_file, tls.key_file, None)
     except (OSError, ssl.SSLError) as exc:
-        problems.append(f"server.tls.cert_file: cannot load {tls.cert_file}"
-                        f"{' / ' + tls.key_file if tls.key_file else ''}: {exc}")
+        problems.append(
+            f"server.tls.cert_file: cannot load {tls.cert_file}"
+            f"{' / ' + tls.key_file if tls.key_file else ''}: {exc}"
+        )
     if tls.client_ca_file:
         try:
             ssl.create_default_context(cafile=tls.client_ca_file)
         except (OSError, ssl.SSLError) as exc:
-            problems.append(f"server.tls.client_ca_file: cannot load {tls.client_ca_file}: "
-                            f"{exc}")
+            problems.append(f"server.tls.client_ca_file: cannot load {tls.client_ca_file}: {exc}")
 
 
-def _build_backend(raw: Any, problems: list[str],
-                   resolve_backend: BackendResolver) -> BackendConfig:
+def _build_backend(
+    raw: Any, problems: list[str], resolve_backend: BackendResolver
+) -> BackendConfig:
     """The backend section, validated by the Backend class of its kind (the storage contract's
     `parse_options` / `parse_shards`)."""
     if not isinstance(raw, dict):
@@ -340,8 +354,9 @@ def _build_backend(raw: Any, problems: list[str],
     kind = str(raw.pop("kind", "sqlite"))
     shard_map_file = raw.pop("shard_map_file", None)
     shards_raw = raw.pop("shards", None)
-    require_durable = coerce(raw.pop("require_durable", False), bool,
-                              "backend.require_durable", problems, None)
+    require_durable = coerce(
+        raw.pop("require_durable", False), bool, "backend.require_durable", problems, None
+    )
     require_durable = require_durable is True
     try:
         cls = resolve_backend(kind)
@@ -356,9 +371,13 @@ def _build_backend(raw: Any, problems: list[str],
     except ConfigError as exc:
         problems.extend(exc.problems)
         return BackendConfig(kind=kind)
-    return BackendConfig(kind=kind, shards=tuple(specs), options=options,
-                         shard_map_file=None if shard_map_file is None else str(shard_map_file),
-                         require_durable=require_durable)
+    return BackendConfig(
+        kind=kind,
+        shards=tuple(specs),
+        options=options,
+        shard_map_file=None if shard_map_file is None else str(shard_map_file),
+        require_durable=require_durable,
+    )
 
 
 def read_shard_map(path: str) -> Any:
@@ -370,5 +389,3 @@ def read_shard_map(path: str) -> Any:
     if "shards" not in data:
         raise ConfigError([f"{path}: missing key 'shards'"])
     return data["shards"]
-
-

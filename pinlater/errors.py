@@ -74,9 +74,17 @@ class ShardConnectionFailed(PinLaterError):
 ERRORS_BY_CODE: dict[int, type[PinLaterError]] = {
     cls.code: cls
     for cls in (
-        ContinuationInvalid, PasswordInvalid, QueueNameInvalid, QueueNameTooLong, QueueNotFound,
-        PriorityNotSupported, DequeueRateLimited, EnqueueRejected, PinLaterError,
-        NoHealthyShards, ShardConnectionFailed,
+        ContinuationInvalid,
+        PasswordInvalid,
+        QueueNameInvalid,
+        QueueNameTooLong,
+        QueueNotFound,
+        PriorityNotSupported,
+        DequeueRateLimited,
+        EnqueueRejected,
+        PinLaterError,
+        NoHealthyShards,
+        ShardConnectionFailed,
     )
 }
 

@@ -31,15 +31,16 @@ from pinlater.common.sections import ConfigError
 from pinlater.config import Config
 from pinlater.idl import PinLater
 from pinlater.server.loop import Rejections, Server
-from pinlater.server.wirecheck import WireLimits
 from pinlater.server.transport import Dispatcher
+from pinlater.server.wirecheck import WireLimits
 
 log = logging.getLogger("pinlater.server")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="pinlater-server",
-                                     description="PinLater job queue Thrift server")
+    parser = argparse.ArgumentParser(
+        prog="pinlater-server", description="PinLater job queue Thrift server"
+    )
     parser.add_argument("--config", metavar="FILE", help="YAML config file")
     parser.add_argument("--host", help="address to listen on (server.host)")
     parser.add_argument("--port", type=int, help="port to listen on; 0 picks a free port")
@@ -65,8 +66,9 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket. SO_REUSEADDR (restart over TIME_WAIT) but never SO_REUSEPORT,
     so a second server on the same port fails here instead of silently sharing it."""
-    family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                               flags=socket.AI_PASSIVE)[0]
+    family, _, _, _, addr = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -88,19 +90,24 @@ def describe(config: Config, app: Any, address: tuple[str, int]) -> str:
     tls = config.server.tls
     if tls.enabled:
         parts.append("TLS with client certificates" if tls.client_ca_file else "TLS")
-    parts.append(f"max {config.server.max_connections} connections, "
-                 f"{config.server.worker_threads} workers")
+    parts.append(
+        f"max {config.server.max_connections} connections, {config.server.worker_threads} workers"
+    )
     return f"pinlater-server listening on {address[0]}:{address[1]} ({', '.join(parts)})"
 
 
 def install_signal_handlers(server: Server) -> None:
     """First SIGTERM/SIGINT: graceful shutdown. Second: exit immediately."""
+
     def handle(signum: int, _frame: object) -> None:
         if server.stopping:
             os.write(2, b"pinlater-server: second signal, exiting immediately\n")
             os._exit(128 + signum)
-        log.info("received %s, shutting down (grace %.1fs)", signal.Signals(signum).name,
-                 server.settings.shutdown_grace_seconds)
+        log.info(
+            "received %s, shutting down (grace %.1fs)",
+            signal.Signals(signum).name,
+            server.settings.shutdown_grace_seconds,
+        )
         server.request_shutdown()
 
     signal.signal(signal.SIGTERM, handle)
@@ -109,8 +116,11 @@ def install_signal_handlers(server: Server) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         config = load_config(args.config, overrides=flag_overrides(args))
     except ConfigError as exc:
@@ -122,10 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sock = bind(config.server.host, config.server.port)
     except OSError as exc:
-        why = ("address already in use (is another server running on this port?)"
-               if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc))
-        print(f"pinlater-server: cannot listen on {config.server.host}:{config.server.port}: "
-              f"{why}", file=sys.stderr)
+        why = (
+            "address already in use (is another server running on this port?)"
+            if exc.errno == errno.EADDRINUSE
+            else exc.strerror or str(exc)
+        )
+        print(
+            f"pinlater-server: cannot listen on {config.server.host}:{config.server.port}: {why}",
+            file=sys.stderr,
+        )
         return 1
     return run(config, sock)
 
@@ -137,14 +152,19 @@ def run(config: Config, sock: socket.socket) -> int:
         app = App(config)
         app.start_background()
         rejections = Rejections(app.metrics.frame_rejected)
-        server = Server(sock, config.server, dispatcher(config, app.handler, rejections),
-                        app.admission, rejections)
+        server = Server(
+            sock,
+            config.server,
+            dispatcher(config, app.handler, rejections),
+            app.admission,
+            rejections,
+        )
     except NotDurable as exc:
         print(f"pinlater-server: refusing to start: {exc}", file=sys.stderr)
         for problem in exc.warnings:
             print(f"  {problem}", file=sys.stderr)
         return _abandon_start(app, sock)
-    except Exception:  # noqa: BLE001 - report any start failure and exit non-zero
+    except Exception:
         log.exception("pinlater-server: cannot start")
         return _abandon_start(app, sock)
     app.attach_server(server)
@@ -163,8 +183,7 @@ def dispatcher(config: Config, handler: Any, rejections: Rejections) -> Dispatch
     per-request cap: a slightly oversized request still reaches the handler, whose
     PinLaterException names the field; anything far larger is cut before decoding."""
     limits = WireLimits(max_items=2 * config.limits.max_jobs_per_request)
-    return Dispatcher(PinLater, handler, wire_limits=limits,
-                      on_reject=rejections.from_dispatcher)
+    return Dispatcher(PinLater, handler, wire_limits=limits, on_reject=rejections.from_dispatcher)
 
 
 def _abandon_start(app: Any, sock: socket.socket) -> int:

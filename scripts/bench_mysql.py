@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from backends.mysql import MySQLBackend  # noqa: E402
-from pinlater.storage.contract import StorageLimits  # noqa: E402
 from pinlater.storage.claims import new_claim  # noqa: E402
+from pinlater.storage.contract import StorageLimits  # noqa: E402
 from pinlater.storage.models import Ack, ClaimMatch, NewJob  # noqa: E402
 from tests.support.mysql_env import MariaDBServer  # noqa: E402
 from tests.support.server_process import ServerProcess  # noqa: E402
@@ -41,9 +41,14 @@ BATCH = 100
 def cli(port: int, *args: str) -> dict | None:
     """Run the pinlater CLI; return its final JSON report (load modes) or None."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "pinlater.cli", "--port", str(port),
-                           "--json", *args], capture_output=True, text=True, env=env,
-                          timeout=1800, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "pinlater.cli", "--port", str(port), "--json", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"pinlater {' '.join(args)} failed: {done.stderr or done.stdout}")
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -51,23 +56,36 @@ def cli(port: int, *args: str) -> dict | None:
 
 
 def show(label: str, report: dict) -> None:
-    print(f"{label:<28} {report['jobs_per_s']:>10,.0f} jobs/s   p50 {report['p50_ms']:7.2f} ms"
-          f"   p99 {report['p99_ms']:7.2f} ms   ({report['jobs']} jobs, "
-          f"{report.get('errors', 0)} errors)", flush=True)
+    print(
+        f"{label:<28} {report['jobs_per_s']:>10,.0f} jobs/s   p50 {report['p50_ms']:7.2f} ms"
+        f"   p99 {report['p99_ms']:7.2f} ms   ({report['jobs']} jobs, "
+        f"{report.get('errors', 0)} errors)",
+        flush=True,
+    )
 
 
-def through_server(db: MariaDBServer, tmp: Path, jobs: int, concurrency: int,
-                   body_size: int) -> None:
-    config = {"backend": {"kind": "mysql",
-                          "shards": [db.shard("1", pool_size=2 * concurrency + 4)]},
-              "janitor": {"enabled": False}}
+def through_server(
+    db: MariaDBServer, tmp: Path, jobs: int, concurrency: int, body_size: int
+) -> None:
+    config = {
+        "backend": {"kind": "mysql", "shards": [db.shard("1", pool_size=2 * concurrency + 4)]},
+        "janitor": {"enabled": False},
+    }
     queries = jobs // BATCH
     with ServerProcess(config, tmp, name="bench-server", start_timeout=60) as server:
         cli(server.port, "create", "--queue", "bench")
-        load = ("--num_queries", str(queries), "--batch_size", str(BATCH),
-                "--concurrency", str(concurrency))
-        show("server enqueue", cli(server.port, "enqueue", "--queue", "bench",
-                                   "--body", "x" * body_size, *load))
+        load = (
+            "--num_queries",
+            str(queries),
+            "--batch_size",
+            str(BATCH),
+            "--concurrency",
+            str(concurrency),
+        )
+        show(
+            "server enqueue",
+            cli(server.port, "enqueue", "--queue", "bench", "--body", "x" * body_size, *load),
+        )
         show("server dequeue+ack", cli(server.port, "dequeue", "--queue", "bench", *load))
 
 
@@ -93,10 +111,13 @@ def shard_direct(db: MariaDBServer, jobs: int, threads: int, body_size: int) -> 
     def drain(i):
         source = f"bench-{i}"
         for _ in range(per_thread):
+
             def step():
                 got = shard.dequeue("direct", 1, BATCH, new_claim(source))
-                shard.ack("direct", [Ack(1, j.local_id, ClaimMatch(source, j.claim))
-                                     for j in got], [])
+                shard.ack(
+                    "direct", [Ack(1, j.local_id, ClaimMatch(source, j.claim)) for j in got], []
+                )
+
             timed("dequeue+ack", step)
 
     for kind, work in (("enqueue", enqueue), ("dequeue+ack", drain)):
@@ -108,10 +129,15 @@ def shard_direct(db: MariaDBServer, jobs: int, threads: int, body_size: int) -> 
             t.join()
         elapsed = time.perf_counter() - started
         values = sorted(lat[kind])
-        show(f"shard {kind} ({threads} thr)", {
-            "jobs_per_s": per_thread * threads * BATCH / elapsed, "jobs": per_thread * threads
-            * BATCH, "p50_ms": values[len(values) // 2] * 1000,
-            "p99_ms": values[min(len(values) - 1, int(len(values) * 0.99))] * 1000})
+        show(
+            f"shard {kind} ({threads} thr)",
+            {
+                "jobs_per_s": per_thread * threads * BATCH / elapsed,
+                "jobs": per_thread * threads * BATCH,
+                "p50_ms": values[len(values) // 2] * 1000,
+                "p99_ms": values[min(len(values) - 1, int(len(values) * 0.99))] * 1000,
+            },
+        )
     shard.delete_queue("direct")
     shard.close()
     backend.close()
@@ -122,19 +148,28 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=200_000)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--body", type=int, default=100, help="body size in bytes")
-    parser.add_argument("--buffer-pool", default="512M",
-                        help="innodb_buffer_pool_size of the throwaway server (512M)")
+    parser.add_argument(
+        "--buffer-pool",
+        default="512M",
+        help="innodb_buffer_pool_size of the throwaway server (512M)",
+    )
     parser.add_argument("--skip-direct", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-mysql-") as tmp:
-        db = MariaDBServer(Path(tmp) / "mariadb", flush_log_at_trx_commit=1,
-                           extra=[f"--innodb-buffer-pool-size={args.buffer_pool}"])
+        db = MariaDBServer(
+            Path(tmp) / "mariadb",
+            flush_log_at_trx_commit=1,
+            extra=[f"--innodb-buffer-pool-size={args.buffer_pool}"],
+        )
         try:
             db.start()
-            print(f"MariaDB {db.query('SELECT VERSION()')[0][0]}, innodb_flush_log_at_trx_commit="
-                  f"{db.query('SELECT @@innodb_flush_log_at_trx_commit')[0][0]}, "
-                  f"{args.jobs} jobs, batch {BATCH}, concurrency {args.concurrency}, "
-                  f"body {args.body} B, buffer pool {args.buffer_pool}", flush=True)
+            print(
+                f"MariaDB {db.query('SELECT VERSION()')[0][0]}, innodb_flush_log_at_trx_commit="
+                f"{db.query('SELECT @@innodb_flush_log_at_trx_commit')[0][0]}, "
+                f"{args.jobs} jobs, batch {BATCH}, concurrency {args.concurrency}, "
+                f"body {args.body} B, buffer pool {args.buffer_pool}",
+                flush=True,
+            )
             through_server(db, Path(tmp), args.jobs, args.concurrency, args.body)
             if not args.skip_direct:
                 shard_direct(db, args.jobs, args.concurrency, args.body)

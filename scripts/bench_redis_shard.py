@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backends.redis_backend import RedisBackend, RedisShardSpec  # noqa: E402
-from pinlater.storage.contract import StorageLimits  # noqa: E402
-from pinlater.storage.claims import new_claim  # noqa: E402
-from pinlater.storage.models import Ack, ClaimMatch, NewJob  # noqa: E402
-from tests.support.redis_env import RedisServer  # noqa: E402
+from backends.redis_backend import RedisBackend, RedisShardSpec
+from pinlater.storage.claims import new_claim
+from pinlater.storage.contract import StorageLimits
+from pinlater.storage.models import Ack, ClaimMatch, NewJob
+from tests.support.redis_env import RedisServer
 
 BATCH = 100
 
@@ -80,8 +80,10 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 4])
     args = parser.parse_args(argv)
     print("client-observed jobs/s, and the time Redis spent per script call of 100 jobs")
-    print(f"{'fsync':10} {'threads':>7} {'enqueue/s':>10} {'deq+ack/s':>10} "
-          f"{'enq us/call':>12} {'deq|ack us/call':>16}")
+    print(
+        f"{'fsync':10} {'threads':>7} {'enqueue/s':>10} {'deq+ack/s':>10} "
+        f"{'enq us/call':>12} {'deq|ack us/call':>16}"
+    )
     for fsync in ("everysec", "always"):
         with tempfile.TemporaryDirectory() as tmp:
             server = RedisServer(Path(tmp), appendonly=True, appendfsync=fsync).start()
@@ -89,10 +91,11 @@ def main(argv=None) -> int:
             try:
                 shard = backend.open_shard(RedisShardSpec(name="bench", port=server.port))
                 for threads in args.threads:
-                    enq, drain, enq_us, drain_us = bench(shard, server.client(), args.jobs,
-                                                         threads)
-                    print(f"{fsync:10} {threads:>7} {enq:>10,.0f} {drain:>10,.0f} "
-                          f"{enq_us:>12,.0f} {drain_us:>16,.0f}")
+                    enq, drain, enq_us, drain_us = bench(shard, server.client(), args.jobs, threads)
+                    print(
+                        f"{fsync:10} {threads:>7} {enq:>10,.0f} {drain:>10,.0f} "
+                        f"{enq_us:>12,.0f} {drain_us:>16,.0f}"
+                    )
                 shard.close()
             finally:
                 backend.close()

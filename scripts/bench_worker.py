@@ -55,12 +55,29 @@ def env() -> dict:
 
 
 def run_cli(servers: str, queue: str, jobs: int, piggyback: bool) -> float:
-    cmd = [sys.executable, "-m", "pinlater.cli", "dequeue", "--servers", servers,
-           "--queue", queue, "--num_queries", str(jobs // 100), "--batch_size", "100",
-           "--concurrency", "4", "--json"] + (["--piggyback"] if piggyback else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "pinlater.cli",
+        "dequeue",
+        "--servers",
+        servers,
+        "--queue",
+        queue,
+        "--num_queries",
+        str(jobs // 100),
+        "--batch_size",
+        "100",
+        "--concurrency",
+        "4",
+        "--json",
+    ] + (["--piggyback"] if piggyback else [])
     out = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=900)
-    summary = [json.loads(line) for line in out.stdout.splitlines()
-               if line.startswith("{") and '"summary"' in line]
+    summary = [
+        json.loads(line)
+        for line in out.stdout.splitlines()
+        if line.startswith("{") and '"summary"' in line
+    ]
     if out.returncode != 0 or not summary:
         raise RuntimeError(f"CLI failed ({out.returncode}): {out.stderr[-2000:]}")
     return summary[-1]["jobs_per_s"]
@@ -80,11 +97,27 @@ def run_class(client: PinLaterClient, queue: str, jobs: int, concurrency: int) -
     return worker.stats().acks_sent / elapsed
 
 
-def run_process(client: PinLaterClient, servers: str, queue: str, jobs: int,
-                concurrency: int) -> float:
-    cmd = [sys.executable, "-m", "worker_sdk.worker_cli", "--queue", queue,
-           "--handler", "bench_worker:noop", "--servers", servers, "-c", str(concurrency),
-           "--max-batch", str(concurrency), "--no-status", "--log-level", "WARNING"]
+def run_process(
+    client: PinLaterClient, servers: str, queue: str, jobs: int, concurrency: int
+) -> float:
+    cmd = [
+        sys.executable,
+        "-m",
+        "worker_sdk.worker_cli",
+        "--queue",
+        queue,
+        "--handler",
+        "bench_worker:noop",
+        "--servers",
+        servers,
+        "-c",
+        str(concurrency),
+        "--max-batch",
+        str(concurrency),
+        "--no-status",
+        "--log-level",
+        "WARNING",
+    ]
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=Path(__file__).parent, env=env())
     try:
@@ -103,13 +136,13 @@ def main() -> int:
     parser.add_argument("--backend", choices=KINDS, default="sqlite")
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--concurrency", type=int, default=100)
-    parser.add_argument("--modes", nargs="+", default=["cli", "cli-piggyback", "class",
-                                                       "process"])
+    parser.add_argument("--modes", nargs="+", default=["cli", "cli-piggyback", "class", "process"])
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, \
-            backend_section(args.backend, Path(tmp)) as backend, \
-            ServerProcess({"janitor": {"enabled": False}, "backend": backend},
-                          Path(tmp)) as server:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        backend_section(args.backend, Path(tmp)) as backend,
+        ServerProcess({"janitor": {"enabled": False}, "backend": backend}, Path(tmp)) as server,
+    ):
         servers = f"{server.host}:{server.port}"
         with PinLaterClient(servers, source="bench-worker", pool_size=8) as client:
             results = {}
@@ -124,11 +157,17 @@ def main() -> int:
                     rate = run_process(client, servers, queue, args.jobs, args.concurrency)
                 done = client.count(queue, JobState.SUCCEEDED)
                 results[mode] = rate
-                print(f"{mode:14s} {rate:9.0f} jobs/s  ({done}/{args.jobs} SUCCEEDED)",
-                      flush=True)
-    print(json.dumps({"backend": args.backend, "jobs": args.jobs,
-                      "concurrency": args.concurrency,
-                      "jobs_per_s": {k: round(v) for k, v in results.items()}}))
+                print(f"{mode:14s} {rate:9.0f} jobs/s  ({done}/{args.jobs} SUCCEEDED)", flush=True)
+    print(
+        json.dumps(
+            {
+                "backend": args.backend,
+                "jobs": args.jobs,
+                "concurrency": args.concurrency,
+                "jobs_per_s": {k: round(v) for k, v in results.items()},
+            }
+        )
+    )
     return 0
 
 

@@ -42,8 +42,10 @@ def run_atheris(seconds: int, work: Path) -> int:
     for i, seed in enumerate(seed_inputs()):
         (corpus / f"seed-{i}").write_bytes(seed)
     target = Target(work / "data")
-    atheris.Setup([sys.argv[0], f"-max_total_time={seconds}", "-rss_limit_mb=2048",
-                   str(corpus)], target.one_input)
+    atheris.Setup(
+        [sys.argv[0], f"-max_total_time={seconds}", "-rss_limit_mb=2048", str(corpus)],
+        target.one_input,
+    )
     atheris.Fuzz()  # exits the process itself (0 when time ran out without a finding)
     return 0
 
@@ -58,8 +60,9 @@ def run_hypothesis(examples: int, work: Path) -> int:
     target = Target(work / "data")
     seeds = seed_inputs()
 
-    @settings(max_examples=examples, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
     @given(seed=st.sampled_from(seeds), mutations=st.lists(MUTATION, min_size=1, max_size=6))
     def fuzz(seed: bytes, mutations: list) -> None:
         target.one_input(seed[:1] + apply(seed[1:], mutations))
@@ -75,6 +78,7 @@ def run_hypothesis(examples: int, work: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import logging
+
     logging.basicConfig(level=logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="pinlater-fuzz-") as tmp:
         if args.engine == "atheris":

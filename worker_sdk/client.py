@@ -21,7 +21,7 @@ Behaviour worth knowing (the reasons are in the module docstrings of pool.py and
   (this client's random 16-hex prefix plus a call counter: unique without a random draw per
   call), kept across its retries so server logs can tie the attempts together.
 * `tls`: None (plain TCP), True (verify against the system CAs), a CA file path, or an
-  ssl.SSLContext (e.g. pinlater.tls.client_context(ca, cert, key) for mutual TLS). The server's
+  ssl.SSLContext (e.g. pinlater.common.tls.client_context(ca, cert, key) for mutual TLS). The server's
   certificate and host name are always verified unless the context says otherwise. A TLS
   failure is a connect failure (PinLaterTransportError, maybe_applied=False).
 """
@@ -41,8 +41,9 @@ from thriftpy2.protocol.exc import TProtocolException
 from thriftpy2.thrift import TApplicationException, TDecodeException
 from thriftpy2.transport import TTransportException
 
-from pinlater.idl import CONTINUATION_END, CONTINUATION_START, PinLaterException
+from pinlater.common.serverset import Endpoint, format_endpoint, server_source
 from pinlater.common.tls import as_client_context
+from pinlater.idl import CONTINUATION_END, CONTINUATION_START, PinLaterException
 from pinlater.idl import pinlater_thrift as wire
 from worker_sdk.errors import (
     RETRYABLE_SERVER_CODES,
@@ -51,8 +52,8 @@ from worker_sdk.errors import (
     error_for_code,
 )
 from worker_sdk.models import (
-    Acks,
     AckInfo,
+    Acks,
     CheckpointRequest,
     DequeuedJob,
     Job,
@@ -63,23 +64,33 @@ from worker_sdk.models import (
     job_to_wire,
 )
 from worker_sdk.pool import EndpointPool
-from pinlater.common.serverset import Endpoint, format_endpoint, server_source
 
-_TRANSPORT_ERRORS = (TTransportException, TProtocolException, TDecodeException, OSError,
-                     EOFError)
-_MAX_SOURCE_LENGTH = 200  # pinlater.claims.MAX_SOURCE_LENGTH; the server rejects longer ones
+_TRANSPORT_ERRORS = (TTransportException, TProtocolException, TDecodeException, OSError, EOFError)
+_MAX_SOURCE_LENGTH = (
+    200  # pinlater.storage.claims.MAX_SOURCE_LENGTH; the server rejects longer ones
+)
 _DOWN_SECONDS = 1.0  # how long a server that refused a connection is skipped
 
 
 class PinLaterClient:
     """Typed access to every PinLater RPC. Thread-safe; share one instance per process."""
 
-    def __init__(self, servers: str | Sequence = ("127.0.0.1:9010",), *,
-                 source: str | None = None, service: str = "pinlaterclient",
-                 connect_timeout: float = 2.0, timeout: float = 10.0, pool_size: int = 4,
-                 retries: int = 2, backoff: float = 0.05, max_backoff: float = 1.0,
-                 retry_enqueue: bool = False, max_idle: float = 60.0,
-                 tls: bool | str | ssl.SSLContext | None = None):
+    def __init__(
+        self,
+        servers: str | Sequence = ("127.0.0.1:9010",),
+        *,
+        source: str | None = None,
+        service: str = "pinlaterclient",
+        connect_timeout: float = 2.0,
+        timeout: float = 10.0,
+        pool_size: int = 4,
+        retries: int = 2,
+        backoff: float = 0.05,
+        max_backoff: float = 1.0,
+        retry_enqueue: bool = False,
+        max_idle: float = 60.0,
+        tls: bool | str | ssl.SSLContext | None = None,
+    ):
         """`servers`: `host:port` strings, (host, port) pairs, a comma-separated string, or the
         path of a ServerSet file. `source` defaults to `<service>:<hostname>`; it identifies
         this client in claims, so workers that ack without claims must keep it stable."""
@@ -103,19 +114,26 @@ class PinLaterClient:
 
     # ---- jobs ----
 
-    def enqueue(self, queue: str, jobs: Iterable[Job | bytes], *,
-                retry: bool | None = None) -> list[str]:
+    def enqueue(
+        self, queue: str, jobs: Iterable[Job | bytes], *, retry: bool | None = None
+    ) -> list[str]:
         """Store jobs; returns their descriptors in order. All or nothing on the server side.
 
         `retry` (default: the client's `retry_enqueue`) allows retrying after a transport
         failure that happened after sending, at the risk of storing the jobs twice."""
-        request = wire.PinLaterEnqueueRequest(queueName=queue,
-                                              jobs=[job_to_wire(j) for j in jobs])
+        request = wire.PinLaterEnqueueRequest(queueName=queue, jobs=[job_to_wire(j) for j in jobs])
         idempotent = self.retry_enqueue if retry is None else retry
         return list(self._call("enqueueJobs", request, idempotent=idempotent).jobDescriptors)
 
-    def dequeue(self, queue: str, limit: int, acks: Acks | None = None, *,
-                dry_run: bool = False, coverage: float | None = None) -> list[DequeuedJob]:
+    def dequeue(
+        self,
+        queue: str,
+        limit: int,
+        acks: Acks | None = None,
+        *,
+        dry_run: bool = False,
+        coverage: float | None = None,
+    ) -> list[DequeuedJob]:
         """Claim up to `limit` jobs (or only look at them with `dry_run`). `acks` are applied
         by the server before it dequeues."""
         request = wire.PinLaterDequeueRequest(queueName=queue, limit=limit, dryRun=dry_run)
@@ -125,8 +143,12 @@ class PinLaterClient:
             request.coverage = coverage
         return dequeued_jobs(self._call("dequeueJobs", request))
 
-    def ack(self, queue: str, succeeded: Iterable[AckInfo | DequeuedJob | str] = (),
-            failed: Iterable[AckInfo | DequeuedJob | str] = ()) -> None:
+    def ack(
+        self,
+        queue: str,
+        succeeded: Iterable[AckInfo | DequeuedJob | str] = (),
+        failed: Iterable[AckInfo | DequeuedJob | str] = (),
+    ) -> None:
         """Report finished jobs. Acks for jobs no longer held under that claim are no-ops."""
         request = ack_request(queue, succeeded, failed)
         if request.jobsSucceeded or request.jobsFailed:
@@ -134,39 +156,60 @@ class PinLaterClient:
 
     def checkpoint(self, queue: str, requests: Iterable[CheckpointRequest]) -> None:
         """Update running jobs (extends their claim) or move them back to pending."""
-        request = wire.PinLaterCheckpointJobsRequest(queueName=queue,
-                                                     requests=[r.to_wire() for r in requests])
+        request = wire.PinLaterCheckpointJobsRequest(
+            queueName=queue, requests=[r.to_wire() for r in requests]
+        )
         self._call("checkpointJobs", request)
 
-    def lookup(self, descriptors: Iterable[str], *,
-               include_body: bool = False) -> dict[str, JobInfo]:
+    def lookup(
+        self, descriptors: Iterable[str], *, include_body: bool = False
+    ) -> dict[str, JobInfo]:
         """JobInfo by descriptor; unknown descriptors are absent from the result."""
-        request = wire.PinLaterLookupJobRequest(jobDescriptors=list(descriptors),
-                                                includeBody=include_body)
+        request = wire.PinLaterLookupJobRequest(
+            jobDescriptors=list(descriptors), includeBody=include_body
+        )
         found = self._call("lookupJobs", request) or {}
         return {key: JobInfo.from_wire(info) for key, info in found.items()}
 
-    def count(self, queue: str, state: JobState | int = JobState.PENDING, *,
-              priority: int | None = None, future: bool = False,
-              body_regex: str | None = None) -> int:
+    def count(
+        self,
+        queue: str,
+        state: JobState | int = JobState.PENDING,
+        *,
+        priority: int | None = None,
+        future: bool = False,
+        body_regex: str | None = None,
+    ) -> int:
         """Jobs in `state` (exact up to the server's cap); `future` counts run_after > now."""
-        request = wire.PinLaterGetJobCountRequest(queueName=queue, jobState=int(state),
-                                                  countFutureJobs=future)
+        request = wire.PinLaterGetJobCountRequest(
+            queueName=queue, jobState=int(state), countFutureJobs=future
+        )
         if priority is not None:
             request.priority = priority
         if body_regex is not None:
             request.bodyRegexToMatch = body_regex
         return self._call("getJobCount", request)
 
-    def scan_page(self, queue: str, state: JobState | int = JobState.PENDING, *,
-                  priority: int | None = None, future: bool = False, limit: int = 100,
-                  body_regex: str | None = None,
-                  continuation: str = CONTINUATION_START) -> tuple[list[JobInfo], str]:
+    def scan_page(
+        self,
+        queue: str,
+        state: JobState | int = JobState.PENDING,
+        *,
+        priority: int | None = None,
+        future: bool = False,
+        limit: int = 100,
+        body_regex: str | None = None,
+        continuation: str = CONTINUATION_START,
+    ) -> tuple[list[JobInfo], str]:
         """One page of jobs, newest run_after first, and the continuation for the next page
         (CONTINUATION_END when there is none)."""
-        request = wire.PinLaterScanJobsRequest(queueName=queue, jobState=int(state),
-                                               scanFutureJobs=future, limit=limit,
-                                               continuation=continuation)
+        request = wire.PinLaterScanJobsRequest(
+            queueName=queue,
+            jobState=int(state),
+            scanFutureJobs=future,
+            limit=limit,
+            continuation=continuation,
+        )
         if priority is not None:
             request.priority = priority
         if body_regex is not None:
@@ -175,34 +218,57 @@ class PinLaterClient:
         jobs = [JobInfo.from_wire(info) for info in response.scannedJobs or []]
         return jobs, response.continuation or CONTINUATION_END
 
-    def scan(self, queue: str, state: JobState | int = JobState.PENDING, *,
-             max_jobs: int | None = None, **page_options) -> Iterator[JobInfo]:
+    def scan(
+        self,
+        queue: str,
+        state: JobState | int = JobState.PENDING,
+        *,
+        max_jobs: int | None = None,
+        **page_options,
+    ) -> Iterator[JobInfo]:
         """Every matching job across all pages (at most `max_jobs`); options as in scan_page."""
         continuation, seen = CONTINUATION_START, 0
         while max_jobs is None or seen < max_jobs:
-            jobs, following = self.scan_page(queue, state, continuation=continuation,
-                                             **page_options)
-            for job in jobs[:None if max_jobs is None else max_jobs - seen]:
+            jobs, following = self.scan_page(
+                queue, state, continuation=continuation, **page_options
+            )
+            for job in jobs[: None if max_jobs is None else max_jobs - seen]:
                 seen += 1
                 yield job
             if following == CONTINUATION_END or following == continuation or not jobs:
                 return
             continuation = following
 
-    def retry_failed(self, queue: str, *, priority: int = 1, attempts: int = 1,
-                     run_after_ms: int | None = None, limit: int = 1000) -> int:
+    def retry_failed(
+        self,
+        queue: str,
+        *,
+        priority: int = 1,
+        attempts: int = 1,
+        run_after_ms: int | None = None,
+        limit: int = 1000,
+    ) -> int:
         """Move up to `limit` FAILED jobs of one priority back to PENDING; returns how many."""
-        request = wire.PinLaterRetryFailedJobsRequest(queueName=queue, priority=priority,
-                                                      attemptsToAllow=attempts, limit=limit)
+        request = wire.PinLaterRetryFailedJobsRequest(
+            queueName=queue, priority=priority, attemptsToAllow=attempts, limit=limit
+        )
         if run_after_ms is not None:
             request.runAfterTimestampMillis = run_after_ms
         return self._call("retryFailedJobs", request)
 
-    def delete_jobs(self, queue: str, state: JobState | int, *, priority: int = 1,
-                    body_regex: str | None = None, limit: int = 1000) -> int:
+    def delete_jobs(
+        self,
+        queue: str,
+        state: JobState | int,
+        *,
+        priority: int = 1,
+        body_regex: str | None = None,
+        limit: int = 1000,
+    ) -> int:
         """Delete up to `limit` jobs in `state` of one priority; returns how many."""
-        request = wire.PinLaterDeleteJobsRequest(queueName=queue, jobState=int(state),
-                                                 priority=priority, limit=limit)
+        request = wire.PinLaterDeleteJobsRequest(
+            queueName=queue, jobState=int(state), priority=priority, limit=limit
+        )
         if body_regex is not None:
             request.bodyRegexToMatch = body_regex
         return self._call("deleteJobs", request)
@@ -241,7 +307,8 @@ class PinLaterClient:
     def _call(self, api: str, *args, idempotent: bool = True):
         """Run one RPC with failover and retries; see the module docstring for the rules."""
         context = wire.RequestContext(
-            source=self.source, requestId=f"{self._request_prefix}{next(self._request_ids):x}")
+            source=self.source, requestId=f"{self._request_prefix}{next(self._request_ids):x}"
+        )
         tried: set[Endpoint] = set()
         error: Exception | None = None
         maybe_applied = False
@@ -268,9 +335,15 @@ class PinLaterClient:
             conn = pool.acquire()
         except _TRANSPORT_ERRORS as err:
             self._mark_down(endpoint)
-            return False, None, PinLaterTransportError(
-                f"cannot connect to {where}: {_describe(err)}", endpoint=where,
-                maybe_applied=False)
+            return (
+                False,
+                None,
+                PinLaterTransportError(
+                    f"cannot connect to {where}: {_describe(err)}",
+                    endpoint=where,
+                    maybe_applied=False,
+                ),
+            )
         try:
             result = getattr(conn.client, api)(context, *args)
         except PinLaterException as exc:
@@ -281,14 +354,16 @@ class PinLaterClient:
             raise error from None
         except TApplicationException as exc:
             pool.release(conn)  # a complete reply: the connection is still in step
-            raise PinLaterApplicationError(f"{api} on {where}: {exc.message or exc}",
-                                           type=exc.type) from None
+            raise PinLaterApplicationError(
+                f"{api} on {where}: {exc.message or exc}", type=exc.type
+            ) from None
         except BaseException as exc:
             pool.discard(conn)
             if not isinstance(exc, _TRANSPORT_ERRORS):
                 raise
-            error = PinLaterTransportError(f"{api} on {where} failed: {_describe(exc)}",
-                                           endpoint=where, maybe_applied=True)
+            error = PinLaterTransportError(
+                f"{api} on {where} failed: {_describe(exc)}", endpoint=where, maybe_applied=True
+            )
             if not idempotent:
                 raise error from exc
             return False, None, error
@@ -315,8 +390,7 @@ class PinLaterClient:
             if endpoint not in tried and down.get(endpoint, 0) <= now:
                 return endpoint
         ordered = [endpoints[(start + i) % count] for i in range(count)]
-        for acceptable in (lambda e: e not in tried,
-                           lambda e: down.get(e, 0) <= now):
+        for acceptable in (lambda e: e not in tried, lambda e: down.get(e, 0) <= now):
             for endpoint in ordered:
                 if acceptable(endpoint):
                     return endpoint
@@ -333,8 +407,13 @@ class PinLaterClient:
             pool = self._pools.get(endpoint)
             if pool is None:
                 pool = self._pools[endpoint] = EndpointPool(
-                    endpoint, self.pool_size, self.connect_timeout, self.timeout,
-                    self._max_idle, self._ssl_context)
+                    endpoint,
+                    self.pool_size,
+                    self.connect_timeout,
+                    self.timeout,
+                    self._max_idle,
+                    self._ssl_context,
+                )
             return pool
 
     def _mark_down(self, endpoint: Endpoint) -> None:

@@ -50,8 +50,13 @@ class JobContext:
     """One dequeued job as handed to a handler. Checkpoints are fenced by the job's claim, so
     a handler whose claim has expired (and whose job now runs elsewhere) changes nothing."""
 
-    def __init__(self, client: PinLaterClient, queue: str, job: DequeuedJob,
-                 stopping: threading.Event | None = None):
+    def __init__(
+        self,
+        client: PinLaterClient,
+        queue: str,
+        job: DequeuedJob,
+        stopping: threading.Event | None = None,
+    ):
         self.client, self.queue = client, queue
         self.descriptor = job.descriptor
         self.claim = job.claim
@@ -78,9 +83,15 @@ class JobContext:
         """True once the worker is shutting down: a long handler may checkpoint and return."""
         return self._stopping.is_set()
 
-    def checkpoint(self, *, new_body: bytes | str | None = None, reschedule: bool = False,
-                   delay: float | None = None, attempts: int | None = None,
-                   status: str | None = None) -> None:
+    def checkpoint(
+        self,
+        *,
+        new_body: bytes | str | None = None,
+        reschedule: bool = False,
+        delay: float | None = None,
+        attempts: int | None = None,
+        status: str | None = None,
+    ) -> None:
         """Tell the server the job is alive (extends the claim) and optionally change it.
 
         `new_body` replaces the body (what the next attempt sees); `attempts` sets attempts
@@ -91,9 +102,20 @@ class JobContext:
         if self.released:
             raise RuntimeError(f"job {self.descriptor} was rescheduled; it is no longer held")
         run_after = None if delay is None else int((time.time() + delay) * 1000)
-        self.client.checkpoint(self.queue, [CheckpointRequest(
-            self.descriptor, claim=self.claim, new_body=new_body, move_to_pending=reschedule,
-            run_after_ms=run_after, attempts_allowed=attempts, prepend_status=status)])
+        self.client.checkpoint(
+            self.queue,
+            [
+                CheckpointRequest(
+                    self.descriptor,
+                    claim=self.claim,
+                    new_body=new_body,
+                    move_to_pending=reschedule,
+                    run_after_ms=run_after,
+                    attempts_allowed=attempts,
+                    prepend_status=status,
+                )
+            ],
+        )
         with self._lock:
             if new_body is not None:
                 self.body = new_body.encode() if isinstance(new_body, str) else bytes(new_body)
@@ -107,5 +129,7 @@ class JobContext:
         self.checkpoint()
 
     def __repr__(self) -> str:
-        return (f"JobContext({self.descriptor!r}, attempt={self.attempt}, "
-                f"remaining={self.attempts_remaining}, body={self.body[:40]!r})")
+        return (
+            f"JobContext({self.descriptor!r}, attempt={self.attempt}, "
+            f"remaining={self.attempts_remaining}, body={self.body[:40]!r})"
+        )

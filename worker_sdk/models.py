@@ -84,9 +84,11 @@ class AckInfo:
     retry_delay_ms: int = 0
 
     def to_wire(self) -> object:
-        info = wire.PinLaterJobAckInfo(jobDescriptor=self.descriptor,
-                                      appendCustomStatus=self.append_status,
-                                      retryDelayMillis=self.retry_delay_ms)
+        info = wire.PinLaterJobAckInfo(
+            jobDescriptor=self.descriptor,
+            appendCustomStatus=self.append_status,
+            retryDelayMillis=self.retry_delay_ms,
+        )
         if self.claim is not None:
             info.claimDescriptor = self.claim
         return info
@@ -113,13 +115,16 @@ class CheckpointRequest:
     prepend_status: str | None = None
 
     def to_wire(self) -> object:
-        req = wire.PinLaterCheckpointJobRequest(jobDescriptor=self.descriptor,
-                                               moveToPending=self.move_to_pending)
-        for attr, value in (("newBody", self.new_body),
-                            ("runAfterTimestampMillis", self.run_after_ms),
-                            ("numOfAttemptsAllowed", self.attempts_allowed),
-                            ("prependCustomStatus", self.prepend_status),
-                            ("claimDescriptor", self.claim)):
+        req = wire.PinLaterCheckpointJobRequest(
+            jobDescriptor=self.descriptor, moveToPending=self.move_to_pending
+        )
+        for attr, value in (
+            ("newBody", self.new_body),
+            ("runAfterTimestampMillis", self.run_after_ms),
+            ("numOfAttemptsAllowed", self.attempts_allowed),
+            ("prependCustomStatus", self.prepend_status),
+            ("claimDescriptor", self.claim),
+        ):
             if value is not None:
                 setattr(req, attr, value)
         return req
@@ -142,14 +147,18 @@ class JobInfo:
 
     @classmethod
     def from_wire(cls, info: object) -> JobInfo:
-        return cls(descriptor=info.jobDescriptor, state=JobState(info.jobState),
-                   attempts_allowed=info.attemptsAllowed,
-                   attempts_remaining=info.attemptsRemaining,
-                   custom_status=info.customStatus,
-                   created_at_ms=info.createdAtTimestampMillis,
-                   run_after_ms=info.runAfterTimestampMillis,
-                   updated_at_ms=info.updatedAtTimestampMillis,
-                   claim=info.claimDescriptor, body=info.body)
+        return cls(
+            descriptor=info.jobDescriptor,
+            state=JobState(info.jobState),
+            attempts_allowed=info.attemptsAllowed,
+            attempts_remaining=info.attemptsRemaining,
+            custom_status=info.customStatus,
+            created_at_ms=info.createdAtTimestampMillis,
+            run_after_ms=info.runAfterTimestampMillis,
+            updated_at_ms=info.updatedAtTimestampMillis,
+            claim=info.claimDescriptor,
+            body=info.body,
+        )
 
 
 def job_to_wire(job: Job | bytes) -> object:
@@ -174,9 +183,11 @@ def ack_to_wire(item: AckInfo | DequeuedJob | str) -> object:
 
 
 def ack_request(queue: str, succeeded: Iterable = (), failed: Iterable = ()) -> object:
-    return wire.PinLaterJobAckRequest(queueName=queue,
-                                      jobsSucceeded=[ack_to_wire(a) for a in succeeded],
-                                      jobsFailed=[ack_to_wire(a) for a in failed])
+    return wire.PinLaterJobAckRequest(
+        queueName=queue,
+        jobsSucceeded=[ack_to_wire(a) for a in succeeded],
+        jobsFailed=[ack_to_wire(a) for a in failed],
+    )
 
 
 def dequeued_jobs(response: object) -> list[DequeuedJob]:
@@ -189,17 +200,28 @@ def dequeued_jobs(response: object) -> list[DequeuedJob]:
         if meta is None:
             out.append(_dequeued_job(descriptor, body, None, None, None))
         else:
-            out.append(_dequeued_job(descriptor, body, meta.attemptsAllowed,
-                                     meta.attemptsRemaining,
-                                     getattr(meta, "claimDescriptor", None)))
+            out.append(
+                _dequeued_job(
+                    descriptor,
+                    body,
+                    meta.attemptsAllowed,
+                    meta.attemptsRemaining,
+                    getattr(meta, "claimDescriptor", None),
+                )
+            )
     return out
 
 
 _SET_DEQUEUED = tuple(getattr(DequeuedJob, name).__set__ for name in DequeuedJob.__slots__)
 
 
-def _dequeued_job(descriptor: str, body: bytes, attempts_allowed: int | None,
-                  attempts_remaining: int | None, claim: str | None) -> DequeuedJob:
+def _dequeued_job(
+    descriptor: str,
+    body: bytes,
+    attempts_allowed: int | None,
+    attempts_remaining: int | None,
+    claim: str | None,
+) -> DequeuedJob:
     """`DequeuedJob(...)` built by setting its slots directly: the frozen dataclass __init__
     goes through object.__setattr__ per field, about twice as slow, once per dequeued job."""
     job = object.__new__(DequeuedJob)

@@ -7,7 +7,7 @@ after anything else the caller must `discard` it. Before reuse an idle connectio
 checked: one that has been idle too long or has bytes/EOF waiting (the server closed it, e.g.
 its idle timeout) is dropped instead of being handed out.
 
-TLS: with an `ssl_context` (see pinlater.tls.client_context) connections use thriftpy2's
+TLS: with an `ssl_context` (see pinlater.common.tls.client_context) connections use thriftpy2's
 TSSLSocket with that context, so certificate and host name checks are the context's (thriftpy2's
 own default context would skip the host name check).
 """
@@ -25,8 +25,8 @@ from thriftpy2.protocol import TBinaryProtocolFactory
 from thriftpy2.thrift import TClient
 from thriftpy2.transport import TFramedTransportFactory, TSocket, TSSLSocket
 
-from pinlater.idl import PinLater
 from pinlater.common.serverset import Endpoint
+from pinlater.idl import PinLater
 
 _TRANSPORTS = TFramedTransportFactory()  # the Cython framed transport
 _PROTOCOLS = TBinaryProtocolFactory()  # the Cython binary protocol, strict read/write
@@ -35,17 +35,22 @@ _PROTOCOLS = TBinaryProtocolFactory()  # the Cython binary protocol, strict read
 class Connection:
     """One open framed/binary connection and its TClient."""
 
-    def __init__(self, endpoint: Endpoint, connect_timeout: float, timeout: float,
-                 ssl_context: ssl.SSLContext | None = None):
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        connect_timeout: float,
+        timeout: float,
+        ssl_context: ssl.SSLContext | None = None,
+    ):
         self.endpoint = endpoint
         family = socket.AF_INET6 if ":" in endpoint[0] else socket.AF_INET
-        timeouts = {"connect_timeout": _millis(connect_timeout),
-                    "socket_timeout": _millis(timeout)}
+        timeouts = {"connect_timeout": _millis(connect_timeout), "socket_timeout": _millis(timeout)}
         if ssl_context is None:
             self._socket = TSocket(endpoint[0], endpoint[1], socket_family=family, **timeouts)
         else:
-            self._socket = TSSLSocket(endpoint[0], endpoint[1], socket_family=family,
-                                      ssl_context=ssl_context, **timeouts)
+            self._socket = TSSLSocket(
+                endpoint[0], endpoint[1], socket_family=family, ssl_context=ssl_context, **timeouts
+            )
         self._transport = _TRANSPORTS.get_transport(self._socket)
         self._transport.open()
         self.client = TClient(PinLater, _PROTOCOLS.get_protocol(self._transport))
@@ -82,8 +87,15 @@ class EndpointPool:
     when returned to a full pool.
     """
 
-    def __init__(self, endpoint: Endpoint, size: int, connect_timeout: float, timeout: float,
-                 max_idle: float, ssl_context: ssl.SSLContext | None = None):
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        size: int,
+        connect_timeout: float,
+        timeout: float,
+        max_idle: float,
+        ssl_context: ssl.SSLContext | None = None,
+    ):
         self.endpoint = endpoint
         self._ssl_context = ssl_context
         self.size = size
@@ -100,8 +112,9 @@ class EndpointPool:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                return Connection(self.endpoint, self._connect_timeout, self._timeout,
-                                  self._ssl_context)
+                return Connection(
+                    self.endpoint, self._connect_timeout, self._timeout, self._ssl_context
+                )
             if conn.looks_reusable(self._max_idle):
                 return conn
             conn.close()

@@ -63,7 +63,7 @@ class ExponentialRetry:
 
     def delay(self, job: JobContext, error: BaseException) -> float:
         exponent = min(max(job.attempt - 1, 0), 64)  # bounded: no float overflow
-        full = min(self.max, self.base * self.factor ** exponent)
+        full = min(self.max, self.base * self.factor**exponent)
         return full * (1 - self.jitter * random.random())
 
 
@@ -105,8 +105,10 @@ def parse_duration(text: str) -> float:
 
 _KINDS: dict[str, tuple[type, dict[str, Callable[[str], float]]]] = {
     "constant": (ConstantRetry, {"delay": parse_duration}),
-    "exponential": (ExponentialRetry, {"base": parse_duration, "max": parse_duration,
-                                       "factor": float, "jitter": float}),
+    "exponential": (
+        ExponentialRetry,
+        {"base": parse_duration, "max": parse_duration, "factor": float, "jitter": float},
+    ),
 }
 
 
@@ -121,8 +123,10 @@ def parse_retry(spec: str) -> RetryPolicy:
         try:
             return ConstantRetry(parse_duration(spec))
         except ValueError:
-            raise ValueError(f"unknown retry policy {spec!r} (constant:delay=10s, "
-                             "exponential:base=1s,max=5m, none)") from None
+            raise ValueError(
+                f"unknown retry policy {spec!r} (constant:delay=10s, "
+                "exponential:base=1s,max=5m, none)"
+            ) from None
     cls, fields = _KINDS[kind]
     values = {}
     for item in filter(None, (p.strip() for p in rest.split(","))):

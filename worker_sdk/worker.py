@@ -111,13 +111,23 @@ class _Backoff:
 class Worker:
     """Runs `handler` on the jobs of one queue; see the module docstring. Thread-safe."""
 
-    def __init__(self, client: PinLaterClient, queue: str, handler: Handler, *,
-                 concurrency: int = 4, retry: RetryPolicy | Callable | float | None = None,
-                 heartbeat: float | None = None, max_batch: int = 1000,
-                 idle_backoff: tuple[float, float] = (0.05, 1.0),
-                 error_backoff: tuple[float, float] = (0.1, 5.0), ack_delay: float = 0.02,
-                 shutdown_timeout: float = 30.0, ack_flush_timeout: float = 10.0,
-                 status_max_chars: int = 1000):
+    def __init__(
+        self,
+        client: PinLaterClient,
+        queue: str,
+        handler: Handler,
+        *,
+        concurrency: int = 4,
+        retry: RetryPolicy | Callable | float | None = None,
+        heartbeat: float | None = None,
+        max_batch: int = 1000,
+        idle_backoff: tuple[float, float] = (0.05, 1.0),
+        error_backoff: tuple[float, float] = (0.1, 5.0),
+        ack_delay: float = 0.02,
+        shutdown_timeout: float = 30.0,
+        ack_flush_timeout: float = 10.0,
+        status_max_chars: int = 1000,
+    ):
         if concurrency < 1 or max_batch < 1 or status_max_chars < 20:
             raise ValueError("need concurrency >= 1, max_batch >= 1, status_max_chars >= 20")
         if heartbeat is not None and heartbeat <= 0:
@@ -148,12 +158,16 @@ class Worker:
         """Work until stop() (or a signal); returns True if every dequeued job was acked or
         rescheduled, False if some were left for the claim timeout."""
         previous = self._install_signals() if handle_signals else {}
-        threads = [threading.Thread(target=self._work, daemon=True,
-                                    name=f"pinlater-worker-{i}")
-                   for i in range(self.concurrency)]
+        threads = [
+            threading.Thread(target=self._work, daemon=True, name=f"pinlater-worker-{i}")
+            for i in range(self.concurrency)
+        ]
         if self.heartbeat:
-            threads.append(threading.Thread(target=self._heartbeat_loop, daemon=True,
-                                            name="pinlater-heartbeat"))
+            threads.append(
+                threading.Thread(
+                    target=self._heartbeat_loop, daemon=True, name="pinlater-heartbeat"
+                )
+            )
         for thread in threads:
             thread.start()
         log.info("worker started: queue %s, concurrency %d", self.queue, self.concurrency)
@@ -169,8 +183,12 @@ class Worker:
 
     def start(self) -> threading.Thread:
         """run() on a new thread (no signal handling); stop() and join it when done."""
-        thread = threading.Thread(target=self.run, kwargs={"handle_signals": False},
-                                  name="pinlater-worker-loop", daemon=True)
+        thread = threading.Thread(
+            target=self.run,
+            kwargs={"handle_signals": False},
+            name="pinlater-worker-loop",
+            daemon=True,
+        )
         thread.start()
         return thread
 
@@ -186,9 +204,20 @@ class Worker:
 
     def stats(self) -> WorkerStats:
         with self._cond:
-            snapshot = WorkerStats(**{k: getattr(self._stats, k) for k in (
-                "started_at", "dequeued", "succeeded", "failed", "rescheduled", "acks_sent",
-                "rpc_errors")})
+            snapshot = WorkerStats(
+                **{
+                    k: getattr(self._stats, k)
+                    for k in (
+                        "started_at",
+                        "dequeued",
+                        "succeeded",
+                        "failed",
+                        "rescheduled",
+                        "acks_sent",
+                        "rpc_errors",
+                    )
+                }
+            )
             snapshot.in_flight = self._in_flight_locked()
             snapshot.acks_pending = len(self._acks_ok) + len(self._acks_failed)
             return snapshot
@@ -218,8 +247,7 @@ class Worker:
             ack_at = self._ack_due()
             if ack_at is not None and now >= ack_at:
                 return "flush"
-            wake = [t for t in (self._next_dequeue if free > 0 else None, ack_at)
-                    if t is not None]
+            wake = [t for t in (self._next_dequeue if free > 0 else None, ack_at) if t is not None]
             self._cond.wait(min(min(wake) - now, 1.0) if wake else 1.0)
         return "stop"
 
@@ -256,14 +284,16 @@ class Worker:
             self._next_dequeue = max(self._next_dequeue, time.monotonic() + delay)
             if isinstance(exc, QueueNotFound):
                 if acks[0] or acks[1]:
-                    log.error("queue %s does not exist: dropping %d acks (%s)", self.queue,
-                              len(acks[0]) + len(acks[1]),
-                              ", ".join(a.descriptor for a in acks[0] + acks[1]))
+                    log.error(
+                        "queue %s does not exist: dropping %d acks (%s)",
+                        self.queue,
+                        len(acks[0]) + len(acks[1]),
+                        ", ".join(a.descriptor for a in acks[0] + acks[1]),
+                    )
             else:
                 self._restore_acks(acks)
                 self._ack_retry_at = time.monotonic() + delay
-        log.warning("%s on queue %s failed (%s); retrying in %.2fs", what, self.queue,
-                    exc, delay)
+        log.warning("%s on queue %s failed (%s); retrying in %.2fs", what, self.queue, exc, delay)
 
     def _schedule_dequeue(self, delay: float) -> None:
         with self._cond:
@@ -345,8 +375,7 @@ class Worker:
         if job.released:
             return None, True
         status = result if isinstance(result, str) else ""
-        return AckInfo(job.descriptor, claim=job.claim,
-                       append_status=self._truncate(status)), True
+        return AckInfo(job.descriptor, claim=job.claim, append_status=self._truncate(status)), True
 
     def _failure(self, job: JobContext, exc: BaseException) -> AckInfo:
         if isinstance(exc, FailJob):
@@ -357,18 +386,27 @@ class Worker:
         else:
             delay = self._policy_delay(job, exc)
         if not isinstance(exc, (RetryJob, FailJob)):
-            log.warning("job %s failed (attempt %d): %s: %s", job.descriptor, job.attempt,
-                        type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+            log.warning(
+                "job %s failed (attempt %d): %s: %s",
+                job.descriptor,
+                job.attempt,
+                type(exc).__name__,
+                exc,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
         status = self._truncate(f"attempt {job.attempt}: {type(exc).__name__}: {exc}; ")
-        return AckInfo(job.descriptor, claim=job.claim, append_status=status,
-                       retry_delay_ms=max(0, int(delay * 1000)))
+        return AckInfo(
+            job.descriptor,
+            claim=job.claim,
+            append_status=status,
+            retry_delay_ms=max(0, int(delay * 1000)),
+        )
 
     def _policy_delay(self, job: JobContext, exc: BaseException) -> float:
         try:
             return max(0.0, float(self.retry.delay(job, exc)))
-        except Exception:  # noqa: BLE001 - a broken policy must not lose the ack
-            log.exception("retry policy failed for job %s; retrying without delay",
-                          job.descriptor)
+        except Exception:
+            log.exception("retry policy failed for job %s; retrying without delay", job.descriptor)
             return 0.0
 
     def _make_last_attempt(self, job: JobContext) -> None:
@@ -381,25 +419,31 @@ class Worker:
                 return
             except PinLaterError as exc:
                 if pause is None or self._done.is_set():
-                    log.warning("FailJob %s: could not mark it final (%s); it keeps its "
-                                "remaining attempts", job.descriptor, exc)
+                    log.warning(
+                        "FailJob %s: could not mark it final (%s); it keeps its remaining attempts",
+                        job.descriptor,
+                        exc,
+                    )
                     return
                 time.sleep(pause)
 
     def _truncate(self, text: str) -> str:
         limit = self.status_max_chars
-        return text if len(text) <= limit else text[:limit - 3] + "..."
+        return text if len(text) <= limit else text[: limit - 3] + "..."
 
     # ---- heartbeats ----
 
     def _heartbeat_loop(self) -> None:
         while not self._done.wait(self.heartbeat):
             with self._cond:
-                requests = [CheckpointRequest(c.descriptor, claim=c.claim)
-                            for c in self._running.values() if not c.released]
+                requests = [
+                    CheckpointRequest(c.descriptor, claim=c.claim)
+                    for c in self._running.values()
+                    if not c.released
+                ]
             for start in range(0, len(requests), MAX_ACKS_PER_CALL):
                 try:
-                    self.client.checkpoint(self.queue, requests[start:start + MAX_ACKS_PER_CALL])
+                    self.client.checkpoint(self.queue, requests[start : start + MAX_ACKS_PER_CALL])
                 except PinLaterError as exc:
                     log.warning("heartbeat for %d jobs failed: %s", len(requests), exc)
 
@@ -408,25 +452,43 @@ class Worker:
     def _drain(self) -> bool:
         """Wait for running handlers (bounded), then flush acks (bounded)."""
         deadline = time.monotonic() + self.shutdown_timeout
-        log.info("stopping: waiting up to %.1fs for %d running jobs", self.shutdown_timeout,
-                 self.stats().in_flight)
+        log.info(
+            "stopping: waiting up to %.1fs for %d running jobs",
+            self.shutdown_timeout,
+            self.stats().in_flight,
+        )
         self._flush_until(deadline, wait_for_handlers=True)
         with self._cond:
             abandoned = sorted(self._running)
         if abandoned:
-            log.warning("%d jobs still running at the shutdown deadline; they come back after "
-                        "the claim timeout: %s", len(abandoned), ", ".join(abandoned))
+            log.warning(
+                "%d jobs still running at the shutdown deadline; they come back after "
+                "the claim timeout: %s",
+                len(abandoned),
+                ", ".join(abandoned),
+            )
         self._done.set()
         self._flush_until(time.monotonic() + self.ack_flush_timeout, wait_for_handlers=False)
         with self._cond:
             unsent = [a.descriptor for a in self._acks_ok + self._acks_failed]
         if unsent:
-            log.error("could not send %d acks before exiting; those jobs run again after the "
-                      "claim timeout: %s", len(unsent), ", ".join(unsent))
+            log.error(
+                "could not send %d acks before exiting; those jobs run again after the "
+                "claim timeout: %s",
+                len(unsent),
+                ", ".join(unsent),
+            )
         stats = self.stats()
-        log.info("worker stopped: %d dequeued, %d succeeded, %d failed, %d rescheduled, "
-                 "%d acks sent, %d RPC errors", stats.dequeued, stats.succeeded, stats.failed,
-                 stats.rescheduled, stats.acks_sent, stats.rpc_errors)
+        log.info(
+            "worker stopped: %d dequeued, %d succeeded, %d failed, %d rescheduled, "
+            "%d acks sent, %d RPC errors",
+            stats.dequeued,
+            stats.succeeded,
+            stats.failed,
+            stats.rescheduled,
+            stats.acks_sent,
+            stats.rpc_errors,
+        )
         return not abandoned and not unsent
 
     def _flush_until(self, deadline: float, *, wait_for_handlers: bool) -> None:
@@ -449,17 +511,21 @@ class Worker:
     def _install_signals(self) -> dict:
         if threading.current_thread() is not threading.main_thread():
             return {}
-        return {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM,
-                                                                     signal.SIGINT)}
+        return {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
 
     def _on_signal(self, signum: int, frame) -> None:
         self._signals += 1
         name = signal.Signals(signum).name
         if self._signals > 1:
-            log.warning("%s again: exiting now; unacked jobs come back after the claim "
-                        "timeout", name)
+            log.warning(
+                "%s again: exiting now; unacked jobs come back after the claim timeout", name
+            )
             logging.shutdown()
             os._exit(128 + signum)
-        log.warning("%s: no more dequeues; finishing running jobs (up to %.0fs); send it again "
-                    "to exit at once", name, self.shutdown_timeout)
+        log.warning(
+            "%s: no more dequeues; finishing running jobs (up to %.0fs); send it again "
+            "to exit at once",
+            name,
+            self.shutdown_timeout,
+        )
         self.stop()

@@ -37,27 +37,46 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pinlater-worker",
-                                description="Run a PinLater job handler on a queue.")
+    p = argparse.ArgumentParser(
+        prog="pinlater-worker", description="Run a PinLater job handler on a queue."
+    )
     p.add_argument("--queue", "-q", required=True, help="queue to work on")
     p.add_argument("--handler", required=True, help="module:function taking a JobContext")
     p.add_argument("--concurrency", "-c", type=int, default=4, help="handler threads (4)")
-    p.add_argument("--servers", default="127.0.0.1:9010",
-                   help="comma-separated host:port list or a ServerSet file (127.0.0.1:9010)")
-    p.add_argument("--retry", default="exponential:base=1s,max=5m",
-                   help="retry delay after a failure: exponential:base=1s,max=5m[,factor=2]"
-                        "[,jitter=0.5] | constant:delay=10s | none")
-    p.add_argument("--heartbeat", type=_duration, default=None,
-                   help="extend running jobs' claims this often (e.g. 60s; default off); keep "
-                        "it well under the server's claim timeout")
-    p.add_argument("--shutdown-timeout", type=_duration, default=30.0,
-                   help="on SIGTERM, how long running jobs may take to finish (30s)")
+    p.add_argument(
+        "--servers",
+        default="127.0.0.1:9010",
+        help="comma-separated host:port list or a ServerSet file (127.0.0.1:9010)",
+    )
+    p.add_argument(
+        "--retry",
+        default="exponential:base=1s,max=5m",
+        help="retry delay after a failure: exponential:base=1s,max=5m[,factor=2]"
+        "[,jitter=0.5] | constant:delay=10s | none",
+    )
+    p.add_argument(
+        "--heartbeat",
+        type=_duration,
+        default=None,
+        help="extend running jobs' claims this often (e.g. 60s; default off); keep "
+        "it well under the server's claim timeout",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=_duration,
+        default=30.0,
+        help="on SIGTERM, how long running jobs may take to finish (30s)",
+    )
     p.add_argument("--max-batch", type=int, default=1000, help="most jobs per dequeue (1000)")
     p.add_argument("--source", help=f"RequestContext source ({SERVICE}:HOSTNAME)")
     p.add_argument("--timeout", type=_duration, default=10.0, help="per-call timeout (10s)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (INFO)")
-    p.add_argument("--status", action=argparse.BooleanOptionalAction, default=None,
-                   help="redraw a status line every second (default: when stderr is a TTY)")
+    p.add_argument(
+        "--status",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="redraw a status line every second (default: when stderr is a TTY)",
+    )
     return p
 
 
@@ -127,8 +146,10 @@ class StatusLine:
 
 
 def format_status(stats, rate: float) -> str:
-    return (f"{rate:.1f} jobs/s | {stats.succeeded} successes | {stats.failed} failures | "
-            f"{stats.in_flight} in flight | {stats.acks_pending} acks pending")
+    return (
+        f"{rate:.1f} jobs/s | {stats.succeeded} successes | {stats.failed} failures | "
+        f"{stats.in_flight} in flight | {stats.acks_pending} acks pending"
+    )
 
 
 class _StatusAwareHandler(logging.StreamHandler):
@@ -174,11 +195,19 @@ def run(args: argparse.Namespace, err: TextIO) -> int:
     root = logging.getLogger()
     root.addHandler(log_handler)
     root.setLevel(level)
-    client = PinLaterClient(args.servers, source=args.source, service=SERVICE,
-                            timeout=args.timeout, pool_size=2)
-    worker = Worker(client, args.queue, handler, concurrency=args.concurrency, retry=retry,
-                    heartbeat=args.heartbeat, shutdown_timeout=args.shutdown_timeout,
-                    max_batch=args.max_batch)
+    client = PinLaterClient(
+        args.servers, source=args.source, service=SERVICE, timeout=args.timeout, pool_size=2
+    )
+    worker = Worker(
+        client,
+        args.queue,
+        handler,
+        concurrency=args.concurrency,
+        retry=retry,
+        heartbeat=args.heartbeat,
+        shutdown_timeout=args.shutdown_timeout,
+        max_batch=args.max_batch,
+    )
     show_status = args.status if args.status is not None else err.isatty()
     status = StatusLine(err, worker) if show_status else None
     if status:

@@ -21,12 +21,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Left-aligned columns separated by two spaces; numbers right-aligned."""
     cells = [[_cell(v) for v in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    numeric = [bool(rows) and all(isinstance(r[i], int) for r in rows)
-               for i in range(len(headers))]
+    numeric = [bool(rows) and all(isinstance(r[i], int) for r in rows) for i in range(len(headers))]
 
     def line(values: Sequence[str]) -> str:
-        parts = [v.rjust(w) if num else v.ljust(w)
-                 for v, w, num in zip(values, widths, numeric)]
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
         return "  ".join(parts).rstrip()
 
     return "\n".join([line(headers)] + [line(r) for r in cells])
@@ -46,8 +44,9 @@ def show_body(body: bytes | None, width: int = BODY_WIDTH) -> str:
         return "-"
     text = body.decode("utf-8", errors="backslashreplace")
     if not text.isprintable():
-        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                       for c in text)
+        text = "".join(
+            c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+        )
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -56,7 +55,7 @@ def show_time(millis: int | None) -> str:
     if millis is None:
         return "-"
     try:
-        moment = datetime.datetime.fromtimestamp(millis / 1000, tz=datetime.timezone.utc)
+        moment = datetime.datetime.fromtimestamp(millis / 1000, tz=datetime.UTC)
     except (OverflowError, OSError, ValueError):
         return str(millis)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
@@ -72,19 +71,33 @@ def body_json(body: bytes | None) -> dict[str, str]:
 
 
 def job_info_json(info: JobInfo) -> dict[str, Any]:
-    return {"descriptor": info.descriptor, "state": info.state.name,
-            "attempts_allowed": info.attempts_allowed,
-            "attempts_remaining": info.attempts_remaining,
-            "custom_status": info.custom_status, "created_at_ms": info.created_at_ms,
-            "run_after_ms": info.run_after_ms, "updated_at_ms": info.updated_at_ms,
-            "claim": info.claim, **body_json(info.body)}
+    return {
+        "descriptor": info.descriptor,
+        "state": info.state.name,
+        "attempts_allowed": info.attempts_allowed,
+        "attempts_remaining": info.attempts_remaining,
+        "custom_status": info.custom_status,
+        "created_at_ms": info.created_at_ms,
+        "run_after_ms": info.run_after_ms,
+        "updated_at_ms": info.updated_at_ms,
+        "claim": info.claim,
+        **body_json(info.body),
+    }
 
 
 def job_infos_table(infos: Sequence[JobInfo], with_body: bool) -> str:
     headers = ["DESCRIPTOR", "STATE", "ATTEMPTS", "RUN AFTER", "UPDATED", "STATUS"]
-    rows = [[i.descriptor, i.state.name, f"{i.attempts_remaining}/{i.attempts_allowed}",
-             show_time(i.run_after_ms), show_time(i.updated_at_ms),
-             show_body(i.custom_status.encode("utf-8"), 30)] for i in infos]
+    rows = [
+        [
+            i.descriptor,
+            i.state.name,
+            f"{i.attempts_remaining}/{i.attempts_allowed}",
+            show_time(i.run_after_ms),
+            show_time(i.updated_at_ms),
+            show_body(i.custom_status.encode("utf-8"), 30),
+        ]
+        for i in infos
+    ]
     if with_body:
         headers.append("BODY")
         for row, info in zip(rows, infos):
@@ -93,14 +106,25 @@ def job_infos_table(infos: Sequence[JobInfo], with_body: bool) -> str:
 
 
 def dequeued_json(job: DequeuedJob) -> dict[str, Any]:
-    return {"descriptor": job.descriptor, "attempts_allowed": job.attempts_allowed,
-            "attempts_remaining": job.attempts_remaining, "claim": job.claim,
-            **body_json(job.body)}
+    return {
+        "descriptor": job.descriptor,
+        "attempts_allowed": job.attempts_allowed,
+        "attempts_remaining": job.attempts_remaining,
+        "claim": job.claim,
+        **body_json(job.body),
+    }
 
 
 def dequeued_table(jobs: Sequence[DequeuedJob]) -> str:
-    rows = [[j.descriptor, f"{j.attempts_remaining}/{j.attempts_allowed}",
-             j.claim or "-", show_body(j.body)] for j in jobs]
+    rows = [
+        [
+            j.descriptor,
+            f"{j.attempts_remaining}/{j.attempts_allowed}",
+            j.claim or "-",
+            show_body(j.body),
+        ]
+        for j in jobs
+    ]
     return table(["DESCRIPTOR", "ATTEMPTS", "CLAIM", "BODY"], rows)
 
 
@@ -115,8 +139,11 @@ def health_summary(status: int | None, health: dict[str, Any], error: str = "") 
     shards = ", ".join(
         f"{s.get('name')}{'' if s.get('healthy') else ' UNHEALTHY'}"
         f"{' (dequeue only)' if s.get('dequeue_only') else ''}"
-        for s in health.get("shards", []))
+        for s in health.get("shards", [])
+    )
     uptime = health.get("uptime_seconds")
     uptime_text = "-" if uptime is None else str(datetime.timedelta(seconds=int(uptime)))
-    return (f"health: {health.get('status', status)} (HTTP {status}), version "
-            f"{health.get('version', '?')}, up {uptime_text}, shards: {shards or '-'}")
+    return (
+        f"health: {health.get('status', status)} (HTTP {status}), version "
+        f"{health.get('version', '?')}, up {uptime_text}, shards: {shards or '-'}"
+    )

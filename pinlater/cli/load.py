@@ -81,33 +81,47 @@ class Stats:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         with self._lock:
             lat = sorted(self.latencies)
-            return _report(mode, "summary", elapsed, self.jobs, lat,
-                           requests=self.requests, errors=self.errors)
+            return _report(
+                mode, "summary", elapsed, self.jobs, lat, requests=self.requests, errors=self.errors
+            )
 
 
 def _report(mode: str, event: str, elapsed: float, jobs: int, lat: list[float], **extra) -> dict:
-    ms = (lambda v: None if v is None else round(v * 1000, 3))
-    return {"event": event, "mode": mode, "elapsed_s": round(elapsed, 3), "jobs": jobs,
-            "jobs_per_s": round(jobs / elapsed, 1), "p50_ms": ms(percentile(lat, 0.50)),
-            "p99_ms": ms(percentile(lat, 0.99)), **extra}
+    ms = lambda v: None if v is None else round(v * 1000, 3)
+    return {
+        "event": event,
+        "mode": mode,
+        "elapsed_s": round(elapsed, 3),
+        "jobs": jobs,
+        "jobs_per_s": round(jobs / elapsed, 1),
+        "p50_ms": ms(percentile(lat, 0.50)),
+        "p99_ms": ms(percentile(lat, 0.99)),
+        **extra,
+    }
 
 
 def format_report(report: dict) -> str:
     def ms(v):
         return "-" if v is None else f"{v:.1f} ms"
-    text = (f"{report['mode']}: {report['jobs_per_s']:.1f} jobs/s, p50 {ms(report['p50_ms'])}, "
-            f"p99 {ms(report['p99_ms'])}")
+
+    text = (
+        f"{report['mode']}: {report['jobs_per_s']:.1f} jobs/s, p50 {ms(report['p50_ms'])}, "
+        f"p99 {ms(report['p99_ms'])}"
+    )
     if report["event"] == "summary":
-        text += (f" | total {report['jobs']} jobs in {report['requests']} requests, "
-                 f"{report['elapsed_s']:.1f} s, {report['errors']} errors")
+        text += (
+            f" | total {report['jobs']} jobs in {report['requests']} requests, "
+            f"{report['elapsed_s']:.1f} s, {report['errors']} errors"
+        )
     return text
 
 
 class LoadRun:
     """One load run: worker threads, a reporter, and the final summary."""
 
-    def __init__(self, mode: str, options: LoadOptions, out: TextIO, err: TextIO,
-                 as_json: bool, live: bool):
+    def __init__(
+        self, mode: str, options: LoadOptions, out: TextIO, err: TextIO, as_json: bool, live: bool
+    ):
         self.mode, self.options = mode, options
         self.out, self.err, self.as_json, self.live = out, err, as_json, live
         self.stats = Stats()
@@ -135,9 +149,12 @@ class LoadRun:
             self.err.flush()
 
     def run(self, worker: Callable[[LoadRun], None]) -> dict:
-        threads = [threading.Thread(target=self._guard, args=(worker,), daemon=True,
-                                    name=f"pinlater-load-{i}")
-                   for i in range(self.options.concurrency)]
+        threads = [
+            threading.Thread(
+                target=self._guard, args=(worker,), daemon=True, name=f"pinlater-load-{i}"
+            )
+            for i in range(self.options.concurrency)
+        ]
         reporter = threading.Thread(target=self._report_loop, daemon=True)
         self.stats.started = time.monotonic()
         for thread in threads:
@@ -183,6 +200,7 @@ class LoadRun:
 
 def enqueue_worker(client: PinLaterClient, queue: str, make_jobs: Callable[[int], list[Job]]):
     """A load thread that enqueues batches until the run is over."""
+
     def work(run: LoadRun) -> None:
         while run.claim_query():
             jobs = make_jobs(run.options.batch_size)
@@ -193,11 +211,13 @@ def enqueue_worker(client: PinLaterClient, queue: str, make_jobs: Callable[[int]
                 run.failed(exc)
                 continue
             run.stats.record(time.monotonic() - started, len(jobs))
+
     return work
 
 
 def dequeue_worker(client: PinLaterClient, queue: str):
     """A load thread that dequeues and acks (separately, or piggy-backed) until the run is over."""
+
     def work(run: LoadRun) -> None:
         opts = run.options
         pending = Acks()
@@ -217,6 +237,7 @@ def dequeue_worker(client: PinLaterClient, queue: str):
             run.stats.record(time.monotonic() - started, handled)
         if pending.succeeded or pending.failed:
             _flush(client, queue, pending, run)
+
     return work
 
 

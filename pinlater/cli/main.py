@@ -24,17 +24,28 @@ from pinlater.cli import format as fmt
 from pinlater.cli import load as cli_load
 from pinlater.cli import stats as cli_stats
 from pinlater.common.passwords import DEFAULT_ITERATIONS, hash_password
+from pinlater.common.serverset import ServerSetError
 from pinlater.common.tls import client_context
 from worker_sdk.client import PinLaterClient
 from worker_sdk.errors import PinLaterError, PinLaterTransportError
 from worker_sdk.models import AckInfo, CheckpointRequest, Job, JobState
-from pinlater.common.serverset import ServerSetError
 
 EXIT_OK, EXIT_SERVER, EXIT_USAGE, EXIT_CONNECTION = 0, 1, 2, 3
 SERVICE = "pinlaterclienttool"
-_GLOBAL_DEFAULTS = {"host": "127.0.0.1", "port": 9010, "servers": None, "source": None,
-                    "timeout": 10.0, "connect_timeout": 2.0, "retries": 2, "json": False,
-                    "tls": False, "tls_ca": None, "tls_cert": None, "tls_key": None}
+_GLOBAL_DEFAULTS = {
+    "host": "127.0.0.1",
+    "port": 9010,
+    "servers": None,
+    "source": None,
+    "timeout": 10.0,
+    "connect_timeout": 2.0,
+    "retries": 2,
+    "json": False,
+    "tls": False,
+    "tls_ca": None,
+    "tls_cert": None,
+    "tls_key": None,
+}
 
 
 class UsageError(Exception):
@@ -58,8 +69,9 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(status)
 
 
-def main(argv: list[str] | None = None, out: TextIO | None = None,
-         err: TextIO | None = None) -> int:
+def main(
+    argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     """Run one command; returns the exit code. The single error boundary of the CLI."""
     out, err = out or sys.stdout, err or sys.stderr
     try:
@@ -92,6 +104,7 @@ def parse_args(argv: list[str] | None, out: TextIO = sys.stdout) -> argparse.Nam
 
 # ---- parser ----
 
+
 def _global_options() -> argparse.ArgumentParser:
     """Options valid before or after the subcommand (SUPPRESS keeps one from erasing the other)."""
     common = _Parser(add_help=False)
@@ -99,16 +112,25 @@ def _global_options() -> argparse.ArgumentParser:
     S = argparse.SUPPRESS
     opt.add_argument("--host", default=S, help="server host (default 127.0.0.1)")
     opt.add_argument("--port", type=int, default=S, help="server port (default 9010)")
-    opt.add_argument("--servers", default=S,
-                     help="comma-separated host:port list or a ServerSet file (overrides --host)")
+    opt.add_argument(
+        "--servers",
+        default=S,
+        help="comma-separated host:port list or a ServerSet file (overrides --host)",
+    )
     opt.add_argument("--source", default=S, help=f"RequestContext source ({SERVICE}:HOSTNAME)")
     opt.add_argument("--timeout", type=float, default=S, help="per-call timeout, s (10)")
     opt.add_argument("--connect-timeout", type=float, default=S, help="connect timeout, s (2)")
     opt.add_argument("--retries", type=int, default=S, help="retries of idempotent calls (2)")
     opt.add_argument("--json", action="store_true", default=S, help="print JSON")
-    opt.add_argument("--tls", action="store_true", default=S,
-                     help="connect with TLS, verifying the server certificate and host name")
-    opt.add_argument("--tls-ca", default=S, help="CA file for the server certificate (implies --tls)")
+    opt.add_argument(
+        "--tls",
+        action="store_true",
+        default=S,
+        help="connect with TLS, verifying the server certificate and host name",
+    )
+    opt.add_argument(
+        "--tls-ca", default=S, help="CA file for the server certificate (implies --tls)"
+    )
     opt.add_argument("--tls-cert", default=S, help="client certificate for mutual TLS")
     opt.add_argument("--tls-key", default=S, help="key of --tls-cert (if not in the same file)")
     return common
@@ -116,15 +138,18 @@ def _global_options() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     common = _global_options()
-    parser = _Parser(prog="pinlater", parents=[common],
-                     description="Operate a PinLater job queue server.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                parser_class=_Parser)
+    parser = _Parser(
+        prog="pinlater", parents=[common], description="Operate a PinLater job queue server."
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
 
     def command(name: str, handler, help_text: str) -> argparse.ArgumentParser:
         aliases = [name.replace("_", "-")] if "_" in name else []
-        p = sub.add_parser(name, aliases=aliases, parents=[common], help=help_text,
-                           description=help_text)
+        p = sub.add_parser(
+            name, aliases=aliases, parents=[common], help=help_text, description=help_text
+        )
         p.set_defaults(handler=handler)
         return p
 
@@ -132,8 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     _queue(p)
     p = command("delete", cmd_delete, "delete a queue and all its jobs (admin password)")
     _queue(p)
-    p.add_argument("--password", help="admin password (default: $PINLATER_ADMIN_PASSWORD, "
-                   "else prompt)")
+    p.add_argument(
+        "--password", help="admin password (default: $PINLATER_ADMIN_PASSWORD, else prompt)"
+    )
     p = command("enqueue", cmd_enqueue, "enqueue jobs (or generate load with --num_queries)")
     _queue(p)
     _enqueue_options(p)
@@ -141,15 +167,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("dequeue", cmd_dequeue, "dequeue jobs (or generate load with --num_queries)")
     _queue(p)
     p.add_argument("--limit", type=_positive, default=1, help="jobs to dequeue (1)")
-    p.add_argument("--ack", choices=["success", "failure"],
-                   help="ack the dequeued jobs; without it they stay claimed until timeout")
+    p.add_argument(
+        "--ack",
+        choices=["success", "failure"],
+        help="ack the dequeued jobs; without it they stay claimed until timeout",
+    )
     p.add_argument("--retry-delay-ms", type=int, default=0, help="retry delay of failure acks")
     p.add_argument("--dry-run", "--dry_run", action="store_true", help="look, do not claim")
     _load_options(p)
-    p.add_argument("--dequeue_success_percent", "--dequeue-success-percent", type=int,
-                   default=100, dest="success_percent", help="load mode: share acked success")
-    p.add_argument("--piggyback", action="store_true",
-                   help="load mode: send acks with the next dequeue instead of a separate call")
+    p.add_argument(
+        "--dequeue_success_percent",
+        "--dequeue-success-percent",
+        type=int,
+        default=100,
+        dest="success_percent",
+        help="load mode: share acked success",
+    )
+    p.add_argument(
+        "--piggyback",
+        action="store_true",
+        help="load mode: send acks with the next dequeue instead of a separate call",
+    )
     p = command("check_dequeue", cmd_check_dequeue, "tell whether a job is ready (dry run)")
     _queue(p)
     p = command("lookup", cmd_lookup, "show jobs by descriptor")
@@ -161,8 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
     _queue(p)
     _state(p)
     p.add_argument("--priority", type=int, help="only this priority (default: all)")
-    p.add_argument("--count_future_jobs", "--count-future-jobs", "--future", action="store_true",
-                   dest="future", help="count jobs whose run-after is in the future")
+    p.add_argument(
+        "--count_future_jobs",
+        "--count-future-jobs",
+        "--future",
+        action="store_true",
+        dest="future",
+        help="count jobs whose run-after is in the future",
+    )
     p.add_argument("--body-regex", help="only jobs whose body matches")
     p = command("scan", cmd_scan, "list jobs in a state, newest run-after first")
     _queue(p)
@@ -195,8 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prepend-status", help="text prepended to the custom status")
     p = command("stats", cmd_stats, "server health and per-queue job counts by priority")
     cli_stats.add_arguments(p)
-    p = command("hash-password", cmd_hash_password,
-                "print a pbkdf2_sha256 hash for admin.password_hash")
+    p = command(
+        "hash-password", cmd_hash_password, "print a pbkdf2_sha256 hash for admin.password_hash"
+    )
     p.add_argument("--iterations", type=_positive, default=DEFAULT_ITERATIONS)
     p.add_argument("--password", help="(default: prompt, or the first line of stdin)")
     return parser
@@ -207,15 +252,28 @@ def _queue(p):
 
 
 def _state(p, default="pending"):
-    p.add_argument("--job_state", "--job-state", "--state", dest="state", type=JobState.parse,
-                   default=None if default is None else JobState.parse(default),
-                   required=default is None,
-                   help="pending, in_progress, succeeded, failed (or 0-3)")
+    p.add_argument(
+        "--job_state",
+        "--job-state",
+        "--state",
+        dest="state",
+        type=JobState.parse,
+        default=None if default is None else JobState.parse(default),
+        required=default is None,
+        help="pending, in_progress, succeeded, failed (or 0-3)",
+    )
 
 
 def _descriptors(p):
-    p.add_argument("--job_descriptor", "--job-descriptor", "-j", dest="descriptors",
-                   action="append", required=True, help="job descriptor (repeatable)")
+    p.add_argument(
+        "--job_descriptor",
+        "--job-descriptor",
+        "-j",
+        dest="descriptors",
+        action="append",
+        required=True,
+        help="job descriptor (repeatable)",
+    )
 
 
 def _enqueue_options(p):
@@ -225,17 +283,24 @@ def _enqueue_options(p):
     p.add_argument("--run-after", type=_run_after, help="epoch ms, or +N[ms|s|m|h|d]")
     p.add_argument("--attempts", type=_positive, help="attempts allowed (server default 2)")
     p.add_argument("--status", help="initial custom status")
-    p.add_argument("--count", type=_positive, default=1,
-                   help="enqueue each body this many times (default 1)")
+    p.add_argument(
+        "--count", type=_positive, default=1, help="enqueue each body this many times (default 1)"
+    )
 
 
 def _load_options(p):
     g = p.add_argument_group("load mode")
-    g.add_argument("--num_queries", "--num-queries", type=int, default=None,
-                   help="issue this many requests (-1: until --duration or Ctrl-C)")
+    g.add_argument(
+        "--num_queries",
+        "--num-queries",
+        type=int,
+        default=None,
+        help="issue this many requests (-1: until --duration or Ctrl-C)",
+    )
     g.add_argument("--duration", type=float, help="stop after this many seconds")
-    g.add_argument("--batch_size", "--batch-size", type=_positive, default=1,
-                   help="jobs per request (1)")
+    g.add_argument(
+        "--batch_size", "--batch-size", type=_positive, default=1, help="jobs per request (1)"
+    )
     g.add_argument("--concurrency", type=_positive, default=1, help="parallel requests (1)")
 
 
@@ -256,7 +321,7 @@ def _run_after(text: str) -> int:
         return int(text)
     if text.startswith("+"):
         number = text[1:].rstrip("smhd")
-        unit = text[1 + len(number):] or "s"
+        unit = text[1 + len(number) :] or "s"
         if number.isascii() and number.isdigit() and unit in _UNITS_MS:
             return int(time.time() * 1000) + int(number) * _UNITS_MS[unit]
     raise argparse.ArgumentTypeError(f"expected epoch ms or +N[ms|s|m|h|d], got {text!r}")
@@ -264,13 +329,19 @@ def _run_after(text: str) -> int:
 
 # ---- commands ----
 
+
 def make_client(args: argparse.Namespace) -> PinLaterClient:
     servers = args.servers or [f"{args.host}:{args.port}"]
-    return PinLaterClient(servers, source=args.source, service=SERVICE,
-                          connect_timeout=args.connect_timeout, timeout=args.timeout,
-                          retries=args.retries,
-                          pool_size=max(4, getattr(args, "concurrency", 1) or 1),
-                          tls=_tls_context(args))
+    return PinLaterClient(
+        servers,
+        source=args.source,
+        service=SERVICE,
+        connect_timeout=args.connect_timeout,
+        timeout=args.timeout,
+        retries=args.retries,
+        pool_size=max(4, getattr(args, "concurrency", 1) or 1),
+        tls=_tls_context(args),
+    )
 
 
 def _tls_context(args: argparse.Namespace):
@@ -321,8 +392,13 @@ def _bodies(args) -> list[bytes]:
 
 
 def _job(args, body: bytes) -> Job:
-    return Job(body, priority=args.priority, run_after_ms=args.run_after,
-               attempts=args.attempts, custom_status=args.status)
+    return Job(
+        body,
+        priority=args.priority,
+        run_after_ms=args.run_after,
+        attempts=args.attempts,
+        custom_status=args.status,
+    )
 
 
 def cmd_enqueue(args, out, err):
@@ -342,11 +418,15 @@ def cmd_dequeue(args, out, err):
     with make_client(args) as client:
         jobs = client.dequeue(args.queue, args.limit, dry_run=args.dry_run)
         if args.ack and jobs and not args.dry_run:
-            acks = [AckInfo(j.descriptor, claim=j.claim, retry_delay_ms=args.retry_delay_ms)
-                    for j in jobs]
+            acks = [
+                AckInfo(j.descriptor, claim=j.claim, retry_delay_ms=args.retry_delay_ms)
+                for j in jobs
+            ]
             client.ack(args.queue, **{"succeeded" if args.ack == "success" else "failed": acks})
-    data = {"jobs": [fmt.dequeued_json(j) for j in jobs],
-            "acked": args.ack if args.ack and not args.dry_run else None}
+    data = {
+        "jobs": [fmt.dequeued_json(j) for j in jobs],
+        "acked": args.ack if args.ack and not args.dry_run else None,
+    }
     text = fmt.dequeued_table(jobs) if jobs else "No jobs dequeued."
     _emit(args, out, data, text)
 
@@ -354,8 +434,9 @@ def cmd_dequeue(args, out, err):
 def cmd_check_dequeue(args, out, err):
     with make_client(args) as client:
         available = bool(client.dequeue(args.queue, 1, dry_run=True))
-    _emit(args, out, {"available": available},
-          f"Jobs available for dequeue: {str(available).lower()}")
+    _emit(
+        args, out, {"available": available}, f"Jobs available for dequeue: {str(available).lower()}"
+    )
 
 
 def cmd_lookup(args, out, err):
@@ -365,8 +446,12 @@ def cmd_lookup(args, out, err):
     infos = [found[d] for d in args.descriptors if d in found]
     text = fmt.job_infos_table(infos, with_body=not args.no_body) if infos else ""
     text += "".join(f"\nnot found: {d}" for d in missing)
-    _emit(args, out, {"jobs": [fmt.job_info_json(i) for i in infos], "not_found": missing},
-          text.strip("\n"))
+    _emit(
+        args,
+        out,
+        {"jobs": [fmt.job_info_json(i) for i in infos], "not_found": missing},
+        text.strip("\n"),
+    )
     return EXIT_SERVER if missing else EXIT_OK
 
 
@@ -378,44 +463,73 @@ def cmd_queue_names(args, out, err):
 
 def cmd_count(args, out, err):
     with make_client(args) as client:
-        n = client.count(args.queue, args.state, priority=args.priority, future=args.future,
-                         body_regex=args.body_regex)
+        n = client.count(
+            args.queue,
+            args.state,
+            priority=args.priority,
+            future=args.future,
+            body_regex=args.body_regex,
+        )
     _emit(args, out, {"queue": args.queue, "state": args.state.name, "count": n}, str(n))
 
 
 def cmd_scan(args, out, err):
     with make_client(args) as client:
-        infos = list(client.scan(args.queue, args.state, max_jobs=args.max,
-                                 priority=args.priority, future=args.future,
-                                 limit=args.page_size, body_regex=args.body_regex))
+        infos = list(
+            client.scan(
+                args.queue,
+                args.state,
+                max_jobs=args.max,
+                priority=args.priority,
+                future=args.future,
+                limit=args.page_size,
+                body_regex=args.body_regex,
+            )
+        )
     text = fmt.job_infos_table(infos, with_body=False) if infos else "(no jobs)"
     _emit(args, out, {"jobs": [fmt.job_info_json(i) for i in infos]}, text)
 
 
 def cmd_retry_failed(args, out, err):
     with make_client(args) as client:
-        n = client.retry_failed(args.queue, priority=args.priority, attempts=args.attempts,
-                                run_after_ms=args.run_after, limit=args.limit)
+        n = client.retry_failed(
+            args.queue,
+            priority=args.priority,
+            attempts=args.attempts,
+            run_after_ms=args.run_after,
+            limit=args.limit,
+        )
     _emit(args, out, {"retried": n}, f"Retried {n} failed jobs")
 
 
 def cmd_delete_jobs(args, out, err):
     with make_client(args) as client:
-        n = client.delete_jobs(args.queue, args.state, priority=args.priority,
-                               body_regex=args.body_regex, limit=args.limit)
+        n = client.delete_jobs(
+            args.queue,
+            args.state,
+            priority=args.priority,
+            body_regex=args.body_regex,
+            limit=args.limit,
+        )
     _emit(args, out, {"deleted": n}, f"Deleted {n} jobs")
 
 
 def cmd_checkpoint(args, out, err):
-    requests = [CheckpointRequest(d, claim=args.claim, new_body=args.new_body,
-                                  move_to_pending=args.move_to_pending,
-                                  run_after_ms=args.run_after, attempts_allowed=args.attempts,
-                                  prepend_status=args.prepend_status)
-                for d in args.descriptors]
+    requests = [
+        CheckpointRequest(
+            d,
+            claim=args.claim,
+            new_body=args.new_body,
+            move_to_pending=args.move_to_pending,
+            run_after_ms=args.run_after,
+            attempts_allowed=args.attempts,
+            prepend_status=args.prepend_status,
+        )
+        for d in args.descriptors
+    ]
     with make_client(args) as client:
         client.checkpoint(args.queue, requests)
-    _emit(args, out, {"checkpointed": args.descriptors},
-          f"Checkpointed {len(requests)} job(s)")
+    _emit(args, out, {"checkpointed": args.descriptors}, f"Checkpointed {len(requests)} job(s)")
 
 
 def cmd_stats(args, out, err):
@@ -441,13 +555,18 @@ def cmd_hash_password(args, out, err):
 
 # ---- load modes ----
 
+
 def _load(args, out, err, mode: str) -> int:
     if args.num_queries == 0 or args.num_queries < -1:
         raise UsageError("--num_queries must be >= 1, or -1 for until --duration")
     options = cli_load.LoadOptions(
-        num_queries=args.num_queries, duration=args.duration, batch_size=args.batch_size,
-        concurrency=args.concurrency, success_percent=getattr(args, "success_percent", 100),
-        piggyback=getattr(args, "piggyback", False))
+        num_queries=args.num_queries,
+        duration=args.duration,
+        batch_size=args.batch_size,
+        concurrency=args.concurrency,
+        success_percent=getattr(args, "success_percent", 100),
+        piggyback=getattr(args, "piggyback", False),
+    )
     live = not args.json and getattr(out, "isatty", lambda: False)()
     with make_client(args) as client:
         if mode == "enqueue":
@@ -466,6 +585,7 @@ def _job_maker(args):
         if bodies:
             return [_job(args, bodies[i % len(bodies)]) for i in range(n)]
         return [_job(args, f"task_{random.getrandbits(31)}".encode()) for _ in range(n)]
+
     return make
 
 

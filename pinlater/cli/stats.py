@@ -23,14 +23,29 @@ _CLEAR = "\x1b[H\x1b[2J"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--queue", "-q", action="append", dest="queues",
-                   help="only this queue (repeatable; default: every queue)")
+    p.add_argument(
+        "--queue",
+        "-q",
+        action="append",
+        dest="queues",
+        help="only this queue (repeatable; default: every queue)",
+    )
     p.add_argument("--metrics-port", type=int, help="server metrics port, for /health")
     p.add_argument("--metrics-url", help="metrics base URL (default http://HOST:METRICS_PORT)")
-    p.add_argument("--priorities", type=int, default=None,
-                   help="priority levels to show when /health is not available (3)")
-    p.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
-                   help="refresh every SECONDS (2) until Ctrl-C")
+    p.add_argument(
+        "--priorities",
+        type=int,
+        default=None,
+        help="priority levels to show when /health is not available (3)",
+    )
+    p.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=2.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (2) until Ctrl-C",
+    )
     p.add_argument("--iterations", type=int, default=None, help="with --watch: stop after N")
 
 
@@ -53,21 +68,32 @@ def queue_counts(client, queue: str, priorities: int) -> list[dict[str, Any]]:
     """One row per priority: pending (runnable now), future, in_progress, succeeded, failed."""
     rows = []
     for priority in range(1, priorities + 1):
+
         def count(state: JobState, future: bool) -> int:
             return client.count(queue, state, priority=priority, future=future)
-        both = {state: count(state, False) + count(state, True)
-                for state in (JobState.IN_PROGRESS, JobState.SUCCEEDED, JobState.FAILED)}
-        rows.append({"queue": queue, "priority": priority,
-                     "pending": count(JobState.PENDING, False),
-                     "future": count(JobState.PENDING, True),
-                     "in_progress": both[JobState.IN_PROGRESS],
-                     "succeeded": both[JobState.SUCCEEDED], "failed": both[JobState.FAILED]})
+
+        both = {
+            state: count(state, False) + count(state, True)
+            for state in (JobState.IN_PROGRESS, JobState.SUCCEEDED, JobState.FAILED)
+        }
+        rows.append(
+            {
+                "queue": queue,
+                "priority": priority,
+                "pending": count(JobState.PENDING, False),
+                "future": count(JobState.PENDING, True),
+                "in_progress": both[JobState.IN_PROGRESS],
+                "succeeded": both[JobState.SUCCEEDED],
+                "failed": both[JobState.FAILED],
+            }
+        )
     return rows
 
 
 def snapshot(args, client) -> dict[str, Any]:
-    url = args.metrics_url or (f"http://{args.host}:{args.metrics_port}"
-                               if args.metrics_port else None)
+    url = args.metrics_url or (
+        f"http://{args.host}:{args.metrics_port}" if args.metrics_port else None
+    )
     status, health, error = (None, {}, "no --metrics-port or --metrics-url given")
     if url:
         status, health, error = fetch_health(url, args.timeout)
@@ -80,17 +106,23 @@ def snapshot(args, client) -> dict[str, Any]:
 def render(data: dict[str, Any]) -> str:
     lines = [fmt.health_summary(data["health_status"], data["health"], data["health_error"])]
     if data["rows"]:
-        lines.append(fmt.table(["QUEUE", "PRIORITY", "PENDING", "FUTURE", "IN PROGRESS",
-                                "SUCCEEDED", "FAILED"],
-                               [[r["queue"], r["priority"]] + [r[c] for c in COLUMNS]
-                                for r in data["rows"]]))
+        lines.append(
+            fmt.table(
+                ["QUEUE", "PRIORITY", "PENDING", "FUTURE", "IN PROGRESS", "SUCCEEDED", "FAILED"],
+                [[r["queue"], r["priority"]] + [r[c] for c in COLUMNS] for r in data["rows"]],
+            )
+        )
     else:
         lines.append("(no queues)")
     return "\n".join(lines)
 
 
-def run(args, out: TextIO, client_factory: Callable[[], Any],
-        sleep: Callable[[float], None] = time.sleep) -> int:
+def run(
+    args,
+    out: TextIO,
+    client_factory: Callable[[], Any],
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Print once, or redraw every --watch seconds. Exit 1 when /health says unavailable."""
     with client_factory() as client:
         done = 0

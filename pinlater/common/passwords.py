@@ -18,8 +18,9 @@ SALT_BYTES = 16
 _HASH_BYTES = 32
 
 
-def hash_password(password: str, iterations: int = DEFAULT_ITERATIONS,
-                  salt: bytes | None = None) -> str:
+def hash_password(
+    password: str, iterations: int = DEFAULT_ITERATIONS, salt: bytes | None = None
+) -> str:
     """A new salted hash of `password` in the stored format."""
     if not 1 <= iterations <= MAX_ITERATIONS:
         raise ValueError(f"iterations must be 1..{MAX_ITERATIONS}")

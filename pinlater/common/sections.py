@@ -43,8 +43,9 @@ def build_section(cls: type, raw: Any, path: str, problems: list[str]) -> Any:
         if name in raw and dataclasses.is_dataclass(hint(cls, name)):  # a nested section
             kwargs[name] = build_section(hint(cls, name), raw[name], f"{path}.{name}", problems)
         elif name in raw:
-            value = coerce(raw[name], hint(cls, name), f"{path}.{name}", problems,
-                            fld.metadata.get("range"))
+            value = coerce(
+                raw[name], hint(cls, name), f"{path}.{name}", problems, fld.metadata.get("range")
+            )
             if value is not _INVALID:
                 kwargs[name] = value
     return cls(**kwargs)
@@ -58,8 +59,13 @@ def hint(cls: type, name: str) -> Any:
     return typing.get_type_hints(cls)[name]
 
 
-def coerce(value: Any, hint: Any, path: str, problems: list[str],
-            bounds: tuple[float | None, float | None] | None) -> Any:
+def coerce(
+    value: Any,
+    hint: Any,
+    path: str,
+    problems: list[str],
+    bounds: tuple[float | None, float | None] | None,
+) -> Any:
     """Coerce YAML/env text to the annotated type; append a problem and return _INVALID if not."""
     optional = isinstance(hint, types.UnionType) and type(None) in hint.__args__
     base = next((a for a in hint.__args__ if a is not type(None)), str) if optional else hint

@@ -117,6 +117,7 @@ def server_source(servers: str | os.PathLike | Sequence[str] | Sequence[Endpoint
         if os.sep in text:
             raise ServerSetError(f"ServerSet file not found: {text}")
         servers = [part for part in text.split(",") if part.strip()]
-    endpoints = [parse_endpoint(s) if isinstance(s, str) else (str(s[0]), int(s[1]))
-                 for s in servers]
+    endpoints = [
+        parse_endpoint(s) if isinstance(s, str) else (str(s[0]), int(s[1])) for s in servers
+    ]
     return ServerList(endpoints)

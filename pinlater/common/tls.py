@@ -13,8 +13,9 @@ import ssl
 MIN_VERSION = ssl.TLSVersion.TLSv1_2
 
 
-def server_context(cert_file: str, key_file: str | None = None,
-                   client_ca_file: str | None = None) -> ssl.SSLContext:
+def server_context(
+    cert_file: str, key_file: str | None = None, client_ca_file: str | None = None
+) -> ssl.SSLContext:
     """A server context; raises OSError/ssl.SSLError when a file cannot be read or loaded."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = MIN_VERSION
@@ -25,8 +26,9 @@ def server_context(cert_file: str, key_file: str | None = None,
     return ctx
 
 
-def client_context(ca_file: str | None = None, cert_file: str | None = None,
-                   key_file: str | None = None) -> ssl.SSLContext:
+def client_context(
+    ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None
+) -> ssl.SSLContext:
     """A client context that verifies the server's certificate and host name (against
     `ca_file`, else the system CAs) and presents `cert_file` for mutual TLS when given."""
     ctx = ssl.create_default_context(cafile=ca_file)
@@ -47,7 +49,6 @@ def as_client_context(tls: object) -> ssl.SSLContext | None:
         return tls
     if isinstance(tls, str):
         return client_context(ca_file=tls)
-    raise TypeError(f"tls must be None, a bool, a CA file path or an ssl.SSLContext, "
-                    f"not {type(tls).__name__}")
-
-
+    raise TypeError(
+        f"tls must be None, a bool, a CA file path or an ssl.SSLContext, not {type(tls).__name__}"
+    )

@@ -14,8 +14,9 @@ import regex
 from pinlater.errors import InvalidRequest
 
 
-def compile_body_filter(pattern: object, *, max_length: int,
-                        timeout_seconds: float) -> Callable[[bytes], bool] | None:
+def compile_body_filter(
+    pattern: object, *, max_length: int, timeout_seconds: float
+) -> Callable[[bytes], bool] | None:
     """A predicate on body bytes for `pattern`, or None when no filter was asked for.
 
     Raises InvalidRequest for a pattern that is not text, too long or not a valid regex.
@@ -38,6 +39,7 @@ def compile_body_filter(pattern: object, *, max_length: int,
         except TimeoutError:
             raise InvalidRequest(
                 f"bodyRegexToMatch: evaluation took longer than {timeout_seconds}s on one body; "
-                "simplify the pattern") from None
+                "simplify the pattern"
+            ) from None
 
     return matches

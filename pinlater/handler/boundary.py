@@ -48,10 +48,17 @@ def rpc(method: Callable) -> Callable:
             raise wire.PinLaterException(
                 errorCode=wire.ErrorCode.UNKNOWN,
                 message=f"internal error in {method.__name__} (request id {request_id}); "
-                        "see the server log") from None
+                "see the server log",
+            ) from None
         finally:
-            self.observer.on_call(method.__name__, context, _raw_queue(args), outcome,
-                                  time.perf_counter() - started, message)
+            self.observer.on_call(
+                method.__name__,
+                context,
+                _raw_queue(args),
+                outcome,
+                time.perf_counter() - started,
+                message,
+            )
 
     return wrapper
 

@@ -8,16 +8,16 @@ from __future__ import annotations
 import logging
 import math
 
+from pinlater.common.passwords import verify_password
+from pinlater.config import Config
+from pinlater.errors import EnqueueRejected, InvalidRequest, PasswordInvalid, PinLaterError
 from pinlater.handler import validation as check
 from pinlater.handler.body_filter import compile_body_filter
 from pinlater.handler.boundary import rpc
 from pinlater.handler.observer import RequestObserver
-from pinlater.config import Config
-from pinlater.errors import EnqueueRejected, InvalidRequest, PasswordInvalid, PinLaterError
 from pinlater.idl import pinlater_thrift as wire
 from pinlater.storage.descriptors import JobDescriptor, split_local_id, split_prefix
 from pinlater.storage.models import Ack, Checkpoint, ClaimMatch, JobRecord, NewJob, new_ack
-from pinlater.common.passwords import verify_password
 from pinlater.storage.sharded import CONTINUATION_START, ShardedBackend
 
 log = logging.getLogger(__name__)
@@ -26,16 +26,18 @@ log = logging.getLogger(__name__)
 class PinLaterHandler:
     """Implements the PinLater service on a ShardedBackend."""
 
-    def __init__(self, store: ShardedBackend, config: Config,
-                 observer: RequestObserver | None = None):
+    def __init__(
+        self, store: ShardedBackend, config: Config, observer: RequestObserver | None = None
+    ):
         self.store = store
         self.config = config
         self.limits = config.limits
         self.levels = config.priorities.levels
         self.observer = observer or RequestObserver()
         backend_cap = store.backend.queue_name_limit(store.shard_names())
-        self.max_queue_name = min(self.limits.max_queue_name_length,
-                                  backend_cap or self.limits.max_queue_name_length)
+        self.max_queue_name = min(
+            self.limits.max_queue_name_length, backend_cap or self.limits.max_queue_name_length
+        )
 
     # ------------------------------------------------------------ queues
 
@@ -51,9 +53,12 @@ class PinLaterHandler:
         stored = self.config.admin.password_hash
         given = check.text(password, "password", default="")
         if not stored or not verify_password(given, stored):
-            raise PasswordInvalid("Invalid admin password." if stored else
-                                  "Invalid admin password: deleteQueue is disabled until "
-                                  "admin.password_hash is configured")
+            raise PasswordInvalid(
+                "Invalid admin password."
+                if stored
+                else "Invalid admin password: deleteQueue is disabled until "
+                "admin.password_hash is configured"
+            )
         self.store.delete_queue(queue)
 
     @rpc
@@ -71,8 +76,10 @@ class PinLaterHandler:
         jobs = self._list(request.jobs, "jobs", EnqueueRejected)
         if not jobs:
             raise EnqueueRejected("jobs: must hold at least one job")
-        new_jobs = [self._plain_new_job(job) or self._new_job(job, f"jobs[{i}]")
-                    for i, job in enumerate(jobs)]
+        new_jobs = [
+            self._plain_new_job(job) or self._new_job(job, f"jobs[{i}]")
+            for i, job in enumerate(jobs)
+        ]
         descriptors = self.store.enqueue(queue, new_jobs)
         self.observer.on_jobs("enqueued", queue, len(descriptors))
         return wire.PinLaterEnqueueResponse(jobDescriptors=[str(d) for d in descriptors])
@@ -101,8 +108,14 @@ class PinLaterHandler:
                 riding = acks[1:]
             elif acks is not None:
                 self._apply_acks(acks)
-            jobs = self.store.dequeue(queue, limit if allowed is None else min(limit, allowed),
-                                      source, dry_run=dry_run, coverage=coverage, acks=riding)
+            jobs = self.store.dequeue(
+                queue,
+                limit if allowed is None else min(limit, allowed),
+                source,
+                dry_run=dry_run,
+                coverage=coverage,
+                acks=riding,
+            )
             if riding is not None:
                 self._count_acks(acks)
             handed_out = len(jobs)
@@ -136,8 +149,9 @@ class PinLaterHandler:
         check.request_present(request)
         queue = self._queue(request.queueName)
         items = self._list(request.requests, "requests")
-        checkpoints = [self._checkpoint(queue, item, source, f"requests[{i}]")
-                       for i, item in enumerate(items)]
+        checkpoints = [
+            self._checkpoint(queue, item, source, f"requests[{i}]") for i, item in enumerate(items)
+        ]
         self.store.checkpoint(queue, checkpoints)
 
     @rpc
@@ -157,28 +171,35 @@ class PinLaterHandler:
         self._source(context)
         check.request_present(request)
         return self.store.count(
-            self._queue(request.queueName), check.job_state(request.jobState),
+            self._queue(request.queueName),
+            check.job_state(request.jobState),
             check.optional_priority(request.priority, self.levels),
             check.flag(request.countFutureJobs, "countFutureJobs"),
-            min(self.limits.count_cap, check.I32_MAX), self._body_filter(request.bodyRegexToMatch))
+            min(self.limits.count_cap, check.I32_MAX),
+            self._body_filter(request.bodyRegexToMatch),
+        )
 
     @rpc
     def scanJobs(self, context, request):
         self._source(context)
         check.request_present(request)
         queue = self._queue(request.queueName)
-        continuation = check.text(request.continuation, "continuation",
-                                  default=CONTINUATION_START)
-        limit = check.limit(100 if request.limit is None else request.limit,
-                            self.limits.max_scan_limit)
+        continuation = check.text(request.continuation, "continuation", default=CONTINUATION_START)
+        limit = check.limit(
+            100 if request.limit is None else request.limit, self.limits.max_scan_limit
+        )
         rows, next_token = self.store.scan(
-            queue, check.job_state(request.jobState),
+            queue,
+            check.job_state(request.jobState),
             check.optional_priority(request.priority, self.levels),
-            check.flag(request.scanFutureJobs, "scanFutureJobs"), continuation, limit,
-            self._body_filter(request.bodyRegexToMatch))
+            check.flag(request.scanFutureJobs, "scanFutureJobs"),
+            continuation,
+            limit,
+            self._body_filter(request.bodyRegexToMatch),
+        )
         return wire.PinLaterScanJobsResponse(
-            scannedJobs=[_job_info(str(d), record) for d, record in rows],
-            continuation=next_token)
+            scannedJobs=[_job_info(str(d), record) for d, record in rows], continuation=next_token
+        )
 
     @rpc
     def retryFailedJobs(self, context, request):
@@ -188,11 +209,16 @@ class PinLaterHandler:
         retried = self.store.retry_failed(
             queue,
             check.priority(1 if request.priority is None else request.priority, self.levels),
-            check.attempts(1 if request.attemptsToAllow is None else request.attemptsToAllow,
-                           self.limits.max_attempts, "attemptsToAllow"),
+            check.attempts(
+                1 if request.attemptsToAllow is None else request.attemptsToAllow,
+                self.limits.max_attempts,
+                "attemptsToAllow",
+            ),
             check.timestamp_ms(request.runAfterTimestampMillis, "runAfterTimestampMillis"),
-            check.limit(1000 if request.limit is None else request.limit,
-                        self.limits.max_jobs_per_request))
+            check.limit(
+                1000 if request.limit is None else request.limit, self.limits.max_jobs_per_request
+            ),
+        )
         self.observer.on_jobs("retried", queue, retried)
         return retried
 
@@ -202,11 +228,14 @@ class PinLaterHandler:
         check.request_present(request)
         queue = self._queue(request.queueName)
         deleted = self.store.delete_jobs(
-            queue, check.job_state(request.jobState),
+            queue,
+            check.job_state(request.jobState),
             check.priority(1 if request.priority is None else request.priority, self.levels),
-            check.limit(1000 if request.limit is None else request.limit,
-                        self.limits.max_jobs_per_request),
-            self._body_filter(request.bodyRegexToMatch))
+            check.limit(
+                1000 if request.limit is None else request.limit, self.limits.max_jobs_per_request
+            ),
+            self._body_filter(request.bodyRegexToMatch),
+        )
         self.observer.on_jobs("deleted", queue, deleted)
         return deleted
 
@@ -224,8 +253,10 @@ class PinLaterHandler:
         if not isinstance(value, list):
             raise error(f"{field}: must be a list")
         if len(value) > self.limits.max_jobs_per_request:
-            raise error(f"{field}: {len(value)} entries is over the maximum of "
-                        f"{self.limits.max_jobs_per_request} per request")
+            raise error(
+                f"{field}: {len(value)} entries is over the maximum of "
+                f"{self.limits.max_jobs_per_request} per request"
+            )
         return value
 
     def _descriptor(self, text, field: str, queue: str | None = None) -> JobDescriptor:
@@ -233,8 +264,9 @@ class PinLaterHandler:
         self._queue(descriptor.queue, field)
         check.priority(descriptor.priority, self.levels, field)
         if queue is not None and descriptor.queue != queue:
-            raise InvalidRequest(f"{field}: job {text!r} belongs to queue "
-                                 f"{descriptor.queue!r}, not {queue!r}")
+            raise InvalidRequest(
+                f"{field}: job {text!r} belongs to queue {descriptor.queue!r}, not {queue!r}"
+            )
         return descriptor
 
     def _plain_new_job(self, job) -> NewJob | None:
@@ -245,20 +277,28 @@ class PinLaterHandler:
             return None
         body, priority, attempts = job.body, job.priority, job.numAttemptsAllowed
         run_after, status = job.runAfterTimestampMillis, job.customStatus
-        if (type(body) is not bytes or len(body) > self.limits.body_max_bytes
-                or not (priority is None or (type(priority) is int
-                                             and 1 <= priority <= self.levels))
-                or not (attempts is None or (type(attempts) is int
-                                             and 1 <= attempts <= self.limits.max_attempts))
-                or not (run_after is None or (type(run_after) is int
-                                              and 0 <= run_after <= check.MAX_TIMESTAMP_MS))
-                or not (status is None or type(status) is str)):
+        if (
+            type(body) is not bytes
+            or len(body) > self.limits.body_max_bytes
+            or not (priority is None or (type(priority) is int and 1 <= priority <= self.levels))
+            or not (
+                attempts is None
+                or (type(attempts) is int and 1 <= attempts <= self.limits.max_attempts)
+            )
+            or not (
+                run_after is None
+                or (type(run_after) is int and 0 <= run_after <= check.MAX_TIMESTAMP_MS)
+            )
+            or not (status is None or type(status) is str)
+        ):
             return None
-        return NewJob(body=body, priority=1 if priority is None else priority,
-                      run_after_ms=run_after,
-                      attempts_allowed=2 if attempts is None else attempts,
-                      custom_status="" if status is None
-                      else status[:self.limits.custom_status_max_chars])
+        return NewJob(
+            body=body,
+            priority=1 if priority is None else priority,
+            run_after_ms=run_after,
+            attempts_allowed=2 if attempts is None else attempts,
+            custom_status="" if status is None else status[: self.limits.custom_status_max_chars],
+        )
 
     def _new_job(self, job, field: str) -> NewJob:
         if job is None:
@@ -269,20 +309,30 @@ class PinLaterHandler:
         if not isinstance(body, bytes):
             raise EnqueueRejected(f"{field}.body: is required")
         if len(body) > self.limits.body_max_bytes:
-            raise EnqueueRejected(f"{field}.body: {len(body)} bytes is over the maximum of "
-                                  f"{self.limits.body_max_bytes}")
-        priority = check.priority(1 if job.priority is None else job.priority, self.levels,
-                                  f"{field}.priority")
-        attempts = check.attempts(2 if job.numAttemptsAllowed is None else job.numAttemptsAllowed,
-                                  self.limits.max_attempts, f"{field}.numAttemptsAllowed",
-                                  EnqueueRejected)
-        run_after = check.timestamp_ms(job.runAfterTimestampMillis,
-                                       f"{field}.runAfterTimestampMillis", EnqueueRejected)
-        status = check.text(job.customStatus, f"{field}.customStatus", EnqueueRejected,
-                            default="")
-        return NewJob(body=body, priority=priority, run_after_ms=run_after,
-                      attempts_allowed=attempts,
-                      custom_status=status[:self.limits.custom_status_max_chars])
+            raise EnqueueRejected(
+                f"{field}.body: {len(body)} bytes is over the maximum of "
+                f"{self.limits.body_max_bytes}"
+            )
+        priority = check.priority(
+            1 if job.priority is None else job.priority, self.levels, f"{field}.priority"
+        )
+        attempts = check.attempts(
+            2 if job.numAttemptsAllowed is None else job.numAttemptsAllowed,
+            self.limits.max_attempts,
+            f"{field}.numAttemptsAllowed",
+            EnqueueRejected,
+        )
+        run_after = check.timestamp_ms(
+            job.runAfterTimestampMillis, f"{field}.runAfterTimestampMillis", EnqueueRejected
+        )
+        status = check.text(job.customStatus, f"{field}.customStatus", EnqueueRejected, default="")
+        return NewJob(
+            body=body,
+            priority=priority,
+            run_after_ms=run_after,
+            attempts_allowed=attempts,
+            custom_status=status[: self.limits.custom_status_max_chars],
+        )
 
     def _ack_request(self, request, source: str, field: str):
         check.request_present(request, field)
@@ -308,10 +358,12 @@ class PinLaterHandler:
             raise InvalidRequest(f"{where}: is empty")
         d = self._descriptor(info.jobDescriptor, f"{where}.jobDescriptor", queue)
         return d.shard, Ack(
-            priority=d.priority, local_id=d.local_id,
+            priority=d.priority,
+            local_id=d.local_id,
             match=self._claim_match(info.claimDescriptor, source, where),
-            append_status=check.text(info.appendCustomStatus, f"{where}.appendCustomStatus",
-                                     default=""),
+            append_status=check.text(
+                info.appendCustomStatus, f"{where}.appendCustomStatus", default=""
+            ),
             retry_delay_ms=check.delay_ms(info.retryDelayMillis, f"{where}.retryDelayMillis"),
         )
 
@@ -323,38 +375,53 @@ class PinLaterHandler:
         if isinstance(new_body, str):
             new_body = new_body.encode("utf-8")
         if new_body is not None and len(new_body) > self.limits.body_max_bytes:
-            raise InvalidRequest(f"{where}.newBody: {len(new_body)} bytes is over the maximum "
-                                 f"of {self.limits.body_max_bytes}")
+            raise InvalidRequest(
+                f"{where}.newBody: {len(new_body)} bytes is over the maximum "
+                f"of {self.limits.body_max_bytes}"
+            )
         attempts = item.numOfAttemptsAllowed
         return d.shard, Checkpoint(
-            priority=d.priority, local_id=d.local_id,
+            priority=d.priority,
+            local_id=d.local_id,
             match=self._claim_match(item.claimDescriptor, source, where),
             new_body=new_body,
             move_to_pending=check.flag(item.moveToPending, f"{where}.moveToPending"),
-            run_after_ms=check.timestamp_ms(item.runAfterTimestampMillis,
-                                            f"{where}.runAfterTimestampMillis"),
-            attempts_allowed=None if attempts is None else check.attempts(
-                attempts, self.limits.max_attempts, f"{where}.numOfAttemptsAllowed"),
+            run_after_ms=check.timestamp_ms(
+                item.runAfterTimestampMillis, f"{where}.runAfterTimestampMillis"
+            ),
+            attempts_allowed=None
+            if attempts is None
+            else check.attempts(
+                attempts, self.limits.max_attempts, f"{where}.numOfAttemptsAllowed"
+            ),
             prepend_status=check.text(item.prependCustomStatus, f"{where}.prependCustomStatus"),
         )
 
     @staticmethod
     def _claim_match(claim, source: str, where: str) -> ClaimMatch:
-        return ClaimMatch(source=source,
-                          claim=check.text(claim, f"{where}.claimDescriptor") or None)
+        return ClaimMatch(
+            source=source, claim=check.text(claim, f"{where}.claimDescriptor") or None
+        )
 
     @staticmethod
     def _coverage(value) -> float:
         if value is None:
             return 1.0
-        if (not isinstance(value, (int, float)) or isinstance(value, bool)
-                or math.isnan(value) or not 0 < value <= 1):
+        if (
+            not isinstance(value, (int, float))
+            or isinstance(value, bool)
+            or math.isnan(value)
+            or not 0 < value <= 1
+        ):
             raise InvalidRequest(f"coverage: must be in (0, 1], got {value!r}")
         return float(value)
 
     def _body_filter(self, pattern):
-        return compile_body_filter(pattern, max_length=self.limits.max_regex_length,
-                                   timeout_seconds=self.limits.regex_timeout_seconds)
+        return compile_body_filter(
+            pattern,
+            max_length=self.limits.max_regex_length,
+            timeout_seconds=self.limits.regex_timeout_seconds,
+        )
 
 
 class _PlainAcks:
@@ -364,7 +431,7 @@ class _PlainAcks:
     `_checked_ack` instead. Per request state: one dequeue's jobs share one descriptor prefix
     (checked once) and one claim (one ClaimMatch)."""
 
-    __slots__ = ("queue", "source", "levels", "prefixes", "matches")
+    __slots__ = ("levels", "matches", "prefixes", "queue", "source")
 
     def __init__(self, queue: str, source: str, levels: int):
         self.queue, self.source, self.levels = queue, source, levels
@@ -382,16 +449,20 @@ class _PlainAcks:
         if where is False:
             where = self.prefixes[prefix] = self._where(prefix)
         claim, status, delay = info.claimDescriptor, info.appendCustomStatus, info.retryDelayMillis
-        if where is None or not ((claim is None or type(claim) is str)
-                                 and (status is None or type(status) is str)
-                                 and (delay is None or type(delay) is int)):
+        if where is None or not (
+            (claim is None or type(claim) is str)
+            and (status is None or type(status) is str)
+            and (delay is None or type(delay) is int)
+        ):
             return None
         match = self.matches.get(claim or None)
         if match is None:
-            match = self.matches[claim or None] = ClaimMatch(source=self.source,
-                                                             claim=claim or None)
-        return where[0], new_ack(where[1], local_id, match, status or "",
-                                 check.clamp_delay_ms(delay) if delay else 0)
+            match = self.matches[claim or None] = ClaimMatch(
+                source=self.source, claim=claim or None
+            )
+        return where[0], new_ack(
+            where[1], local_id, match, status or "", check.clamp_delay_ms(delay) if delay else 0
+        )
 
     def _where(self, prefix: str) -> tuple[str, int] | None:
         """(shard, priority) of a prefix naming this queue at a configured priority, else
@@ -415,22 +486,26 @@ def _fill_dequeue_response(response, jobs) -> None:
         key = (job.attempts_allowed, job.attempts_remaining, job.claim)
         info = shared.get(key)
         if info is None:
-            info = shared[key] = meta(attemptsAllowed=key[0], attemptsRemaining=key[1],
-                                      claimDescriptor=key[2])
+            info = shared[key] = meta(
+                attemptsAllowed=key[0], attemptsRemaining=key[1], claimDescriptor=key[2]
+            )
         metadata[text] = info
     response.jobs, response.jobMetadata = bodies, metadata
 
 
 def _job_info(descriptor: str, record: JobRecord):
     info = wire.PinLaterJobInfo(
-        jobDescriptor=descriptor, jobState=int(record.state),
-        attemptsAllowed=record.attempts_allowed, attemptsRemaining=record.attempts_remaining,
-        customStatus=record.custom_status, createdAtTimestampMillis=record.created_at_ms,
+        jobDescriptor=descriptor,
+        jobState=int(record.state),
+        attemptsAllowed=record.attempts_allowed,
+        attemptsRemaining=record.attempts_remaining,
+        customStatus=record.custom_status,
+        createdAtTimestampMillis=record.created_at_ms,
         runAfterTimestampMillis=record.run_after_ms,
-        updatedAtTimestampMillis=record.updated_at_ms)
+        updatedAtTimestampMillis=record.updated_at_ms,
+    )
     if record.claim is not None:
         info.claimDescriptor = record.claim
     if record.body is not None:
         info.body = record.body
     return info
-

@@ -23,8 +23,15 @@ class RequestObserver:
     def on_error(self, method: str, context: object, error: PinLaterError) -> None:
         """Called for every PinLaterError answered to a client."""
 
-    def on_call(self, method: str, context: object, queue: object, outcome: str,
-                seconds: float, message: str) -> None:
+    def on_call(
+        self,
+        method: str,
+        context: object,
+        queue: object,
+        outcome: str,
+        seconds: float,
+        message: str,
+    ) -> None:
         """Called once per RPC after it ended: `queue` is the raw name from the request (None
         when the method has none), `outcome` "ok" or the error code name."""
 

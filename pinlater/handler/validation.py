@@ -29,18 +29,22 @@ def queue_name(value: object, max_length: int, field: str = "queueName") -> str:
     if not isinstance(value, str):
         raise QueueNameInvalid(f"{field}: queue name must be ASCII text, got {_shown(value)}")
     if not _QUEUE_NAME.fullmatch(value):
-        raise QueueNameInvalid(f"Invalid queue name: {value!r} ({field} must match "
-                               "[A-Za-z0-9_]+, ASCII only)")
+        raise QueueNameInvalid(
+            f"Invalid queue name: {value!r} ({field} must match [A-Za-z0-9_]+, ASCII only)"
+        )
     if len(value) > max_length:
-        raise QueueNameTooLong(f"{field}: queue name is {len(value)} characters; the maximum "
-                               f"is {max_length}")
+        raise QueueNameTooLong(
+            f"{field}: queue name is {len(value)} characters; the maximum is {max_length}"
+        )
     return value
 
 
 def priority(value: object, levels: int, field: str = "priority") -> int:
     if not _is_int(value) or not 1 <= value <= levels:
-        raise PriorityNotSupported(f"{field}: priority {_shown(value)} is not supported; "
-                                   f"priorities run from 1 (highest) to {levels}")
+        raise PriorityNotSupported(
+            f"{field}: priority {_shown(value)} is not supported; "
+            f"priorities run from 1 (highest) to {levels}"
+        )
     return value
 
 
@@ -48,8 +52,9 @@ def optional_priority(value: object, levels: int, field: str = "priority") -> in
     return None if value is None else priority(value, levels, field)
 
 
-def limit(value: object, cap: int, field: str = "limit",
-          error: type[PinLaterError] = InvalidRequest) -> int:
+def limit(
+    value: object, cap: int, field: str = "limit", error: type[PinLaterError] = InvalidRequest
+) -> int:
     if not _is_int(value) or value <= 0:
         raise error(f"{field}: must be a positive integer, got {_shown(value)}")
     if value > cap:
@@ -57,21 +62,24 @@ def limit(value: object, cap: int, field: str = "limit",
     return value
 
 
-def attempts(value: object, cap: int, field: str,
-             error: type[PinLaterError] = InvalidRequest) -> int:
+def attempts(
+    value: object, cap: int, field: str, error: type[PinLaterError] = InvalidRequest
+) -> int:
     if not _is_int(value) or not 1 <= value <= cap:
         raise error(f"{field}: must be an integer from 1 to {cap}, got {_shown(value)}")
     return value
 
 
-def timestamp_ms(value: object, field: str,
-                 error: type[PinLaterError] = InvalidRequest) -> int | None:
+def timestamp_ms(
+    value: object, field: str, error: type[PinLaterError] = InvalidRequest
+) -> int | None:
     """An optional epoch-ms time; None means "now" to the caller."""
     if value is None:
         return None
     if not _is_int(value) or not 0 <= value <= MAX_TIMESTAMP_MS:
-        raise error(f"{field}: must be epoch milliseconds from 0 to {MAX_TIMESTAMP_MS}, "
-                    f"got {_shown(value)}")
+        raise error(
+            f"{field}: must be epoch milliseconds from 0 to {MAX_TIMESTAMP_MS}, got {_shown(value)}"
+        )
     return value
 
 
@@ -89,8 +97,14 @@ def clamp_delay_ms(value: int) -> int:
     return min(max(value, 0), MAX_TIMESTAMP_MS // 2)
 
 
-def text(value: object, field: str, error: type[PinLaterError] = InvalidRequest,
-         *, default: str | None = None, required: bool = False) -> str | None:
+def text(
+    value: object,
+    field: str,
+    error: type[PinLaterError] = InvalidRequest,
+    *,
+    default: str | None = None,
+    required: bool = False,
+) -> str | None:
     if value is None:
         if required:
             raise error(f"{field}: is required")
@@ -112,8 +126,10 @@ def flag(value: object, field: str, default: bool = False) -> bool:
 
 def job_state(value: object, field: str = "jobState") -> JobState:
     if not _is_int(value) or value not in JobState._value2member_map_:
-        raise InvalidRequest(f"{field}: {_shown(value)} is not a job state "
-                             "(PENDING=0, IN_PROGRESS=1, SUCCEEDED=2, FAILED=3)")
+        raise InvalidRequest(
+            f"{field}: {_shown(value)} is not a job state "
+            "(PENDING=0, IN_PROGRESS=1, SUCCEEDED=2, FAILED=3)"
+        )
     return JobState(value)
 
 

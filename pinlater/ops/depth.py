@@ -32,9 +32,11 @@ class DepthCollector:
         self.cap = cap
         self._snapshot: dict[tuple[str, str, int], int] = {}
         self._refreshed_at = 0.0
-        self.errors = Counter("pinlater_queue_depth_errors",
-                              "queue depth refreshes that failed (values kept)",
-                              registry=metrics.registry)
+        self.errors = Counter(
+            "pinlater_queue_depth_errors",
+            "queue depth refreshes that failed (values kept)",
+            registry=metrics.registry,
+        )
         metrics.registry.register(GaugeCollector(self._families))
 
     def refresh(self) -> None:
@@ -61,8 +63,10 @@ class DepthCollector:
         counts = {}
         for priority in range(1, self.store.num_priorities + 1):
             for state in JobState:
-                now, future = (self.store.count(queue, state, priority, flag, self.cap, None)
-                               for flag in (False, True))
+                now, future = (
+                    self.store.count(queue, state, priority, flag, self.cap, None)
+                    for flag in (False, True)
+                )
                 name = state.name.lower()
                 if state is JobState.PENDING:
                     counts[(queue, "pending", priority)] = now
@@ -72,14 +76,18 @@ class DepthCollector:
         return counts
 
     def _families(self) -> list[GaugeMetricFamily]:
-        depth = GaugeMetricFamily("pinlater_queue_jobs",
-                                  f"jobs by queue, state and priority (capped at {self.cap})",
-                                  labels=["queue", "state", "priority"])
+        depth = GaugeMetricFamily(
+            "pinlater_queue_jobs",
+            f"jobs by queue, state and priority (capped at {self.cap})",
+            labels=["queue", "state", "priority"],
+        )
         for (queue, state, priority), value in sorted(self._snapshot.items()):
             depth.add_metric([queue, state, str(priority)], value)
-        stamp = GaugeMetricFamily("pinlater_queue_jobs_refreshed_timestamp_seconds",
-                                  "when the queue depth gauges were last refreshed",
-                                  value=self._refreshed_at)
+        stamp = GaugeMetricFamily(
+            "pinlater_queue_jobs_refreshed_timestamp_seconds",
+            "when the queue depth gauges were last refreshed",
+            value=self._refreshed_at,
+        )
         return [depth, stamp]
 
 
@@ -96,7 +104,7 @@ class DepthThread(threading.Thread):
         while not self._stopping.is_set():
             try:
                 self.collector.refresh()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("queue depth refresh failed")
             self._stopping.wait(self.interval)
 

@@ -34,7 +34,7 @@ class JanitorCounts:
     purged_failed: int = 0
     shard_errors: int = 0
 
-    def add(self, other: "JanitorCounts") -> None:
+    def add(self, other: JanitorCounts) -> None:
         for key, value in vars(other).items():
             setattr(self, key, getattr(self, key) + value)
 
@@ -42,10 +42,15 @@ class JanitorCounts:
 class Janitor:
     """Reclaimer and purger over every healthy shard of a ShardedBackend."""
 
-    def __init__(self, store: ShardedBackend, config: JanitorConfig, *,
-                 claim_timeout_for: Callable[[str], float] | None = None,
-                 on_queue_counts: Callable[[str, JanitorCounts], None] | None = None,
-                 max_batches_per_step: int = 100):
+    def __init__(
+        self,
+        store: ShardedBackend,
+        config: JanitorConfig,
+        *,
+        claim_timeout_for: Callable[[str], float] | None = None,
+        on_queue_counts: Callable[[str, JanitorCounts], None] | None = None,
+        max_batches_per_step: int = 100,
+    ):
         """`on_queue_counts(queue, counts)` is told what was done per (shard, queue) (metrics)."""
         self.store = store
         self.config = config
@@ -75,24 +80,34 @@ class Janitor:
         return counts
 
     def _clean_queue(self, name: str, queue: str, counts: JanitorCounts) -> None:
-        timeout_ms = int(1000 * (self._claim_timeout_for(queue) if self._claim_timeout_for
-                                 else self.config.claim_timeout_seconds))
+        timeout_ms = int(
+            1000
+            * (
+                self._claim_timeout_for(queue)
+                if self._claim_timeout_for
+                else self.config.claim_timeout_seconds
+            )
+        )
         batch = self.config.batch_size
-        ttls = ((JobState.SUCCEEDED, self.config.succeeded_ttl_seconds),
-                (JobState.FAILED, self.config.failed_ttl_seconds))
+        ttls = (
+            (JobState.SUCCEEDED, self.config.succeeded_ttl_seconds),
+            (JobState.FAILED, self.config.failed_ttl_seconds),
+        )
         try:
             for priority in range(1, self.store.num_priorities + 1):
                 for _ in range(self._max_batches):
-                    step = self.store.call(name, lambda s: s.reclaim_expired(
-                        queue, priority, timeout_ms, batch))
+                    step = self.store.call(
+                        name, lambda s: s.reclaim_expired(queue, priority, timeout_ms, batch)
+                    )
                     counts.reclaimed_to_pending += step.retried
                     counts.reclaimed_to_failed += step.failed
                     if step.retried + step.failed < batch:
                         break
                 for state, ttl in ttls:
                     for _ in range(self._max_batches):
-                        purged = self.store.call(name, lambda s: s.purge(
-                            queue, priority, state, int(ttl * 1000), batch))
+                        purged = self.store.call(
+                            name, lambda s: s.purge(queue, priority, state, int(ttl * 1000), batch)
+                        )
                         if state is JobState.SUCCEEDED:
                             counts.purged_succeeded += purged
                         else:

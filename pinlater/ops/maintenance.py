@@ -42,7 +42,8 @@ class ShardMapWatcher:
         self._digest = digest
         try:
             specs = type(self.store.backend).parse_shards(
-                read_shard_map(self.path), self.options, f"{self.path}: shards")
+                read_shard_map(self.path), self.options, f"{self.path}: shards"
+            )
             self.store.reload(specs)
         except ConfigError as exc:
             log.error("shard map %s not applied (keeping the current map): %s", self.path, exc)
@@ -56,8 +57,9 @@ class ShardMapWatcher:
 class MaintenanceThread(threading.Thread):
     """Every `interval` seconds: probe unhealthy shards, then check the shard map file."""
 
-    def __init__(self, store: ShardedBackend, interval_seconds: float,
-                 watcher: ShardMapWatcher | None = None):
+    def __init__(
+        self, store: ShardedBackend, interval_seconds: float, watcher: ShardMapWatcher | None = None
+    ):
         super().__init__(name="shard-maintenance", daemon=True)
         self.store = store
         self.interval = interval_seconds

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-
-from pinlater.storage.models import JobState
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +26,22 @@ log = logging.getLogger(__name__)
 NO_QUEUE = ""
 #: depth gauge states: `pending` is runnable now, `pending_future` waits for its run_after
 DEPTH_STATES = ("pending", "pending_future", "in_progress", "succeeded", "failed")
-_REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-                    2.5, 5.0, 10.0)
+_REQUEST_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 
 class QueueLabels:
@@ -62,47 +73,86 @@ class Metrics:
         self.queues = QueueLabels()
         r = self.registry
         self.requests = Counter(
-            "pinlater_requests", "RPC requests by method, queue and outcome (error code or ok)",
-            ["method", "queue", "outcome"], registry=r)
+            "pinlater_requests",
+            "RPC requests by method, queue and outcome (error code or ok)",
+            ["method", "queue", "outcome"],
+            registry=r,
+        )
         self.request_seconds = Histogram(
-            "pinlater_request_duration_seconds", "RPC latency in the handler",
-            ["method", "queue", "outcome"], buckets=_REQUEST_BUCKETS, registry=r)
-        self.jobs_enqueued = Counter("pinlater_jobs_enqueued", "jobs enqueued", ["queue"],
-                                     registry=r)
-        self.jobs_dequeued = Counter("pinlater_jobs_dequeued",
-                                     "jobs handed out by dequeueJobs (dry runs excluded)",
-                                     ["queue"], registry=r)
-        self.acks = Counter("pinlater_acks",
-                            "acks received (ackDequeuedJobs and piggy-backed), by result",
-                            ["queue", "result"], registry=r)
-        self.jobs_retried = Counter("pinlater_jobs_retried",
-                                    "FAILED jobs moved back to PENDING by retryFailedJobs",
-                                    ["queue"], registry=r)
-        self.jobs_deleted = Counter("pinlater_jobs_deleted", "jobs deleted by deleteJobs",
-                                    ["queue"], registry=r)
-        self.jobs_reclaimed = Counter("pinlater_jobs_reclaimed",
-                                      "expired claims reclaimed by the janitor, by new state",
-                                      ["queue", "to"], registry=r)
-        self.jobs_purged = Counter("pinlater_jobs_purged",
-                                   "finished jobs purged by the janitor, by state",
-                                   ["queue", "state"], registry=r)
-        self.rate_limited = Counter("pinlater_dequeue_refused",
-                                    "dequeueJobs refused, by reason (rate, paused, concurrency)",
-                                    ["queue", "reason"], registry=r)
-        self.admission_refused = Counter("pinlater_admission_refused",
-                                         "requests refused at once by a server-wide cap",
-                                         ["kind"], registry=r)
-        self.shard_seconds = Histogram("pinlater_shard_call_duration_seconds",
-                                       "storage call latency by shard and result",
-                                       ["shard", "result"], buckets=_REQUEST_BUCKETS,
-                                       registry=r)
-        self.reload_errors = Counter("pinlater_config_reload_errors",
-                                     "bad queue-config / ServerSet files (old one kept)",
-                                     ["file"], registry=r)
+            "pinlater_request_duration_seconds",
+            "RPC latency in the handler",
+            ["method", "queue", "outcome"],
+            buckets=_REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.jobs_enqueued = Counter(
+            "pinlater_jobs_enqueued", "jobs enqueued", ["queue"], registry=r
+        )
+        self.jobs_dequeued = Counter(
+            "pinlater_jobs_dequeued",
+            "jobs handed out by dequeueJobs (dry runs excluded)",
+            ["queue"],
+            registry=r,
+        )
+        self.acks = Counter(
+            "pinlater_acks",
+            "acks received (ackDequeuedJobs and piggy-backed), by result",
+            ["queue", "result"],
+            registry=r,
+        )
+        self.jobs_retried = Counter(
+            "pinlater_jobs_retried",
+            "FAILED jobs moved back to PENDING by retryFailedJobs",
+            ["queue"],
+            registry=r,
+        )
+        self.jobs_deleted = Counter(
+            "pinlater_jobs_deleted", "jobs deleted by deleteJobs", ["queue"], registry=r
+        )
+        self.jobs_reclaimed = Counter(
+            "pinlater_jobs_reclaimed",
+            "expired claims reclaimed by the janitor, by new state",
+            ["queue", "to"],
+            registry=r,
+        )
+        self.jobs_purged = Counter(
+            "pinlater_jobs_purged",
+            "finished jobs purged by the janitor, by state",
+            ["queue", "state"],
+            registry=r,
+        )
+        self.rate_limited = Counter(
+            "pinlater_dequeue_refused",
+            "dequeueJobs refused, by reason (rate, paused, concurrency)",
+            ["queue", "reason"],
+            registry=r,
+        )
+        self.admission_refused = Counter(
+            "pinlater_admission_refused",
+            "requests refused at once by a server-wide cap",
+            ["kind"],
+            registry=r,
+        )
+        self.shard_seconds = Histogram(
+            "pinlater_shard_call_duration_seconds",
+            "storage call latency by shard and result",
+            ["shard", "result"],
+            buckets=_REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.reload_errors = Counter(
+            "pinlater_config_reload_errors",
+            "bad queue-config / ServerSet files (old one kept)",
+            ["file"],
+            registry=r,
+        )
         self.frames_rejected = Counter(
             "pinlater_frames_rejected",
             "frames or connections refused before reaching the handler, by reason (fixed set: "
-            "pinlater.server_loop.REJECT_REASONS)", ["reason"], registry=r)
+            "pinlater.server.loop.REJECT_REASONS)",
+            ["reason"],
+            registry=r,
+        )
         #: (metric, label values) -> child, see `_child`
         self._children: dict[tuple, object] = {}
 
@@ -136,14 +186,21 @@ class Metrics:
         else:
             self._child(getattr(self, f"jobs_{event}"), label).inc(count)
 
-    def janitor_queue(self, queue: str, reclaimed_pending: int, reclaimed_failed: int,
-                      purged_succeeded: int, purged_failed: int) -> None:
+    def janitor_queue(
+        self,
+        queue: str,
+        reclaimed_pending: int,
+        reclaimed_failed: int,
+        purged_succeeded: int,
+        purged_failed: int,
+    ) -> None:
         label = self.queues.label(queue)
         for counter, extra, value in (
-                (self.jobs_reclaimed, "pending", reclaimed_pending),
-                (self.jobs_reclaimed, "failed", reclaimed_failed),
-                (self.jobs_purged, "succeeded", purged_succeeded),
-                (self.jobs_purged, "failed", purged_failed)):
+            (self.jobs_reclaimed, "pending", reclaimed_pending),
+            (self.jobs_reclaimed, "failed", reclaimed_failed),
+            (self.jobs_purged, "succeeded", purged_succeeded),
+            (self.jobs_purged, "failed", purged_failed),
+        ):
             if value:
                 counter.labels(label, extra).inc(value)
 
@@ -170,27 +227,38 @@ class GaugeCollector(Collector):
         return []
 
 
-def live_gauges(store, server_stats: Callable[[], dict[str, int]] | None,
-                rate_limits: Callable[[], dict[str, float]] | None) -> GaugeCollector:
+def live_gauges(
+    store,
+    server_stats: Callable[[], dict[str, int]] | None,
+    rate_limits: Callable[[], dict[str, float]] | None,
+) -> GaugeCollector:
     """Shard health, connections, in-flight requests and effective rate limits, read at scrape
     time: `server_stats()` gives {"connections": n, "in_flight": n, "in_flight_dequeues": n}."""
 
     def read() -> list[GaugeMetricFamily]:
-        healthy = GaugeMetricFamily("pinlater_shard_healthy", "1 if the shard takes calls",
-                                    labels=["shard", "dequeue_only"])
+        healthy = GaugeMetricFamily(
+            "pinlater_shard_healthy", "1 if the shard takes calls", labels=["shard", "dequeue_only"]
+        )
         for spec in store.shard_specs():
-            healthy.add_metric([spec.name, str(bool(spec.dequeue_only)).lower()],
-                               1.0 if store.health.is_healthy(spec.name) else 0.0)
+            healthy.add_metric(
+                [spec.name, str(bool(spec.dequeue_only)).lower()],
+                1.0 if store.health.is_healthy(spec.name) else 0.0,
+            )
         families = [healthy]
         stats = server_stats() if server_stats else {}
-        for key, help_text in (("connections", "client connections open"),
-                               ("in_flight", "requests read and not yet answered"),
-                               ("in_flight_dequeues", "dequeueJobs calls in flight")):
-            families.append(GaugeMetricFamily(f"pinlater_{key}", help_text,
-                                              value=stats.get(key, 0)))
-        limits = GaugeMetricFamily("pinlater_dequeue_rate_limit_jobs_per_second",
-                                   "this server's share of each queue's dequeue rate limit",
-                                   labels=["queue"])
+        for key, help_text in (
+            ("connections", "client connections open"),
+            ("in_flight", "requests read and not yet answered"),
+            ("in_flight_dequeues", "dequeueJobs calls in flight"),
+        ):
+            families.append(
+                GaugeMetricFamily(f"pinlater_{key}", help_text, value=stats.get(key, 0))
+            )
+        limits = GaugeMetricFamily(
+            "pinlater_dequeue_rate_limit_jobs_per_second",
+            "this server's share of each queue's dequeue rate limit",
+            labels=["queue"],
+        )
         for queue, rate in sorted((rate_limits() if rate_limits else {}).items()):
             limits.add_metric([queue], rate)
         families.append(limits)

@@ -10,17 +10,22 @@ slot.
 
 from __future__ import annotations
 
-from pinlater.ops.queue_slots import QueueSlots
 from pinlater.errors import DequeueRateLimited, PinLaterError
+from pinlater.handler.observer import RequestObserver
 from pinlater.ops.metrics import Metrics
+from pinlater.ops.queue_slots import QueueSlots
 from pinlater.ops.rate_limiter import QueueRateLimiter
 from pinlater.ops.request_log import RequestLog
-from pinlater.handler.observer import RequestObserver
 
 
 class OperatingObserver(RequestObserver):
-    def __init__(self, metrics: Metrics, limiter: QueueRateLimiter, slots: QueueSlots,
-                 request_log: RequestLog):
+    def __init__(
+        self,
+        metrics: Metrics,
+        limiter: QueueRateLimiter,
+        slots: QueueSlots,
+        request_log: RequestLog,
+    ):
         self.metrics = metrics
         self.limiter = limiter
         self.slots = slots
@@ -31,12 +36,12 @@ class OperatingObserver(RequestObserver):
             self.metrics.dequeue_refused(queue, "concurrency")
             raise DequeueRateLimited(
                 f"Dequeue rate limit exceeded for queue: {queue} (more than "
-                f"{self.slots.cap} concurrent dequeues on this server)")
+                f"{self.slots.cap} concurrent dequeues on this server)"
+            )
         allowed = self.limiter.allowance(queue, limit)
         if allowed <= 0:
             self.slots.release(queue)
-            self.metrics.dequeue_refused(queue, "paused" if self.limiter.paused(queue)
-                                         else "rate")
+            self.metrics.dequeue_refused(queue, "paused" if self.limiter.paused(queue) else "rate")
             raise DequeueRateLimited(f"Dequeue rate limit exceeded for queue: {queue}")
         return allowed
 
@@ -47,8 +52,15 @@ class OperatingObserver(RequestObserver):
     def on_error(self, method: str, context: object, error: PinLaterError) -> None:
         pass  # logged by on_call, which also sees the latency
 
-    def on_call(self, method: str, context: object, queue: object, outcome: str,
-                seconds: float, message: str) -> None:
+    def on_call(
+        self,
+        method: str,
+        context: object,
+        queue: object,
+        outcome: str,
+        seconds: float,
+        message: str,
+    ) -> None:
         if method == "createQueue" and outcome == "ok" and isinstance(queue, str):
             self.metrics.queues.add(queue)  # validated and created: a real queue name
         self.metrics.request(method, queue, outcome, seconds)

@@ -49,8 +49,9 @@ class QueueSettings:
     #: dequeue rate of the whole cluster (jobs/s); 0 pauses the queue; None = unlimited
     max_jobs_per_second: float | None = field(default=None, metadata={"range": (0, 1e9)})
     #: claim timeout for this queue; None = janitor.claim_timeout_seconds
-    claim_timeout_seconds: float | None = field(default=None,
-                                                metadata={"range": (0.001, 30 * 86_400)})
+    claim_timeout_seconds: float | None = field(
+        default=None, metadata={"range": (0.001, 30 * 86_400)}
+    )
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,11 @@ class QueueConfig:
     queues: Mapping[str, QueueSettings] = field(default_factory=dict)
 
     def rates(self) -> dict[str, float]:
-        return {name: s.max_jobs_per_second for name, s in self.queues.items()
-                if s.max_jobs_per_second is not None}
+        return {
+            name: s.max_jobs_per_second
+            for name, s in self.queues.items()
+            if s.max_jobs_per_second is not None
+        }
 
 
 def parse_queue_config(text: str, origin: str) -> QueueConfig:
@@ -112,8 +116,10 @@ def _parse_original(items: list, origin: str, problems: list[str]) -> dict[str, 
         if not isinstance(inner, dict):
             problems.append(f"{path}.queueConfig: must be a mapping")
             continue
-        section = {"max_jobs_per_second": inner.get("maxJobsPerSecond"),
-                   "claim_timeout_seconds": inner.get("claimTimeoutSeconds")}
+        section = {
+            "max_jobs_per_second": inner.get("maxJobsPerSecond"),
+            "claim_timeout_seconds": inner.get("claimTimeoutSeconds"),
+        }
         section = {k: v for k, v in section.items() if v is not None}
         if name in settings:
             problems.append(f"{path}.name: queue {name!r} is listed twice")
@@ -187,9 +193,13 @@ class QueueConfigWatcher:
     `on_error(file_kind)` for every rejected file ("queue_config" or "server_set").
     """
 
-    def __init__(self, queue_config: str | None, server_set_file: str | None,
-                 on_change: Callable[[QueueConfig, int], None],
-                 on_error: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        queue_config: str | None,
+        server_set_file: str | None,
+        on_change: Callable[[QueueConfig, int], None],
+        on_error: Callable[[str], None] | None = None,
+    ):
         self._on_change = on_change
         self._on_error = on_error or (lambda kind: None)
         self._lock = threading.Lock()
@@ -210,16 +220,21 @@ class QueueConfigWatcher:
         with self._lock:
             config, servers = self.config, self.servers
             if self._config_file is not None and self._config_file.changed():
-                config = self._try(read_queue_config, self._config_file.path, "queue_config",
-                                   config)
+                config = self._try(
+                    read_queue_config, self._config_file.path, "queue_config", config
+                )
             if self._servers_file is not None and self._servers_file.changed():
-                servers = self._try(read_server_count, self._servers_file.path, "server_set",
-                                    servers)
+                servers = self._try(
+                    read_server_count, self._servers_file.path, "server_set", servers
+                )
             if config is self.config and servers == self.servers:
                 return False
             self.config, self.servers = config, servers
-            log.info("queue config applied: %d queue(s) configured, %d server(s) share the "
-                     "rates", len(config.queues), servers)
+            log.info(
+                "queue config applied: %d queue(s) configured, %d server(s) share the rates",
+                len(config.queues),
+                servers,
+            )
             self._on_change(config, servers)
             return True
 
@@ -228,16 +243,21 @@ class QueueConfigWatcher:
             return read(path)
         except ConfigError as exc:
             self._on_error(kind)
-            log.error("%s %s not applied (keeping the current one): %s", kind, path,
-                      "; ".join(exc.problems))
+            log.error(
+                "%s %s not applied (keeping the current one): %s",
+                kind,
+                path,
+                "; ".join(exc.problems),
+            )
             return old
 
 
 class WatcherThread(threading.Thread):
     """Calls `QueueConfigWatcher.check` every `interval` seconds until stopped."""
 
-    def __init__(self, watcher: QueueConfigWatcher,
-                 interval_seconds: float = CHECK_INTERVAL_SECONDS):
+    def __init__(
+        self, watcher: QueueConfigWatcher, interval_seconds: float = CHECK_INTERVAL_SECONDS
+    ):
         super().__init__(name="queue-config-watcher", daemon=True)
         self.watcher = watcher
         self.interval = interval_seconds
@@ -247,7 +267,7 @@ class WatcherThread(threading.Thread):
         while not self._stopping.wait(self.interval):
             try:
                 self.watcher.check()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("queue config check failed")
 
     def stop(self, timeout: float = 5.0) -> None:

@@ -42,8 +42,12 @@ def _shown(value: object, limit: int = 100) -> str:
 class RequestLog:
     """Writes the per-request lines; thread-safe."""
 
-    def __init__(self, warnings_per_minute: int, clock: Callable[[], float] = time.monotonic,
-                 logger: logging.Logger = log):
+    def __init__(
+        self,
+        warnings_per_minute: int,
+        clock: Callable[[], float] = time.monotonic,
+        logger: logging.Logger = log,
+    ):
         self.per_minute = warnings_per_minute
         self._clock = clock
         self._log = logger
@@ -51,26 +55,33 @@ class RequestLog:
         #: peer -> [window start, lines in window, suppressed since last line]
         self._peers: dict[str, list] = {}
 
-    def record(self, method: str, context: object, queue: object, outcome: str,
-               seconds: float, message: str = "") -> None:
+    def record(
+        self,
+        method: str,
+        context: object,
+        queue: object,
+        outcome: str,
+        seconds: float,
+        message: str = "",
+    ) -> None:
         if outcome == "ok" and not self._log.isEnabledFor(logging.DEBUG):
             return  # the common case: nothing to log, so build nothing (uuid4 is a syscall)
         source = _shown(getattr(context, "source", None))
         request_id = getattr(context, "requestId", None) or uuid.uuid4().hex[:12]
         peer = current_peer()
-        fields = (f"request_id={_shown(request_id, 64)} source={source} peer={peer or '-'} "
-                  f"method={method} queue={_shown(queue) if queue is not None else '-'} "
-                  f"outcome={outcome}")
+        fields = (
+            f"request_id={_shown(request_id, 64)} source={source} peer={peer or '-'} "
+            f"method={method} queue={_shown(queue) if queue is not None else '-'} "
+            f"outcome={outcome}"
+        )
         if outcome == "ok":
             self._log.debug("%s ms=%.1f", fields, seconds * 1000)
             return
         suppressed = self._admit(_host(peer, source))
         if suppressed is None:
             return
-        note = f" ({suppressed} earlier warnings from this client suppressed)" if suppressed \
-            else ""
-        self._log.warning("%s ms=%.1f: %s%s", fields, seconds * 1000, _shown(message, 300),
-                          note)
+        note = f" ({suppressed} earlier warnings from this client suppressed)" if suppressed else ""
+        self._log.warning("%s ms=%.1f: %s%s", fields, seconds * 1000, _shown(message, 300), note)
 
     def _admit(self, key: str) -> int | None:
         """None to drop this line; else how many were dropped since the last one."""
@@ -91,6 +102,6 @@ class RequestLog:
             return suppressed
 
     def _forget_stalest(self) -> None:
-        stalest = sorted(self._peers.items(), key=lambda kv: kv[1][0])[:MAX_PEERS // 10 or 1]
+        stalest = sorted(self._peers.items(), key=lambda kv: kv[1][0])[: MAX_PEERS // 10 or 1]
         for key, _ in stalest:
             del self._peers[key]

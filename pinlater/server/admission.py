@@ -45,7 +45,7 @@ def method_and_seqid(payload: bytes) -> tuple[str, int] | None:
         _, length = _HEADER.unpack_from(payload, 0)
         if length > 256:
             return None
-        name = payload[8:8 + length].decode("ascii")
+        name = payload[8 : 8 + length].decode("ascii")
         (seqid,) = struct.unpack_from("!i", payload, 8 + length)
     except (struct.error, UnicodeDecodeError):
         return None
@@ -55,16 +55,23 @@ def method_and_seqid(payload: bytes) -> tuple[str, int] | None:
 def is_dequeue(payload: bytes) -> bool:
     """`method_and_seqid(payload)` names dequeueJobs, by comparing bytes: the common path
     needs only this, the header is parsed only for a refusal reply."""
-    return (payload[4:4 + len(_DEQUEUE_NAME)] == _DEQUEUE_NAME
-            and len(payload) >= _DEQUEUE_HEADER_BYTES)
+    return (
+        payload[4 : 4 + len(_DEQUEUE_NAME)] == _DEQUEUE_NAME
+        and len(payload) >= _DEQUEUE_HEADER_BYTES
+    )
 
 
 class Admission:
     """Server-wide caps. `serve(payload, run)` runs `run()` (which waits for a worker and
     dispatches) or returns a refusal reply at once."""
 
-    def __init__(self, max_requests: int, max_dequeues: int, service: object,
-                 on_refused: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        max_requests: int,
+        max_dequeues: int,
+        service: object,
+        on_refused: Callable[[str], None] | None = None,
+    ):
         self.max_requests = max_requests
         self.max_dequeues = max_dequeues
         self._service = service
@@ -97,7 +104,8 @@ class Admission:
                 if self.in_flight_dequeues >= self.max_dequeues:
                     return DequeueRateLimited(
                         f"Too many concurrent dequeues on this server (cap "
-                        f"{self.max_dequeues}); retry later")
+                        f"{self.max_dequeues}); retry later"
+                    )
                 self.in_flight_dequeues += 1
             elif self.in_flight - self.in_flight_dequeues >= self.max_requests:
                 return Busy(f"Server busy: {self.max_requests} requests in flight; retry later")

@@ -25,21 +25,31 @@ log = logging.getLogger(__name__)
 def health_report(store, started: float) -> tuple[int, dict]:
     """(HTTP status, JSON body) for /health."""
     enqueue = set(store.enqueue_candidates())
-    shards = [{"name": spec.name, "healthy": store.health.is_healthy(spec.name),
-               "dequeue_only": bool(spec.dequeue_only), "takes_enqueues": spec.name in enqueue}
-              for spec in store.shard_specs()]
+    shards = [
+        {
+            "name": spec.name,
+            "healthy": store.health.is_healthy(spec.name),
+            "dequeue_only": bool(spec.dequeue_only),
+            "takes_enqueues": spec.name in enqueue,
+        }
+        for spec in store.shard_specs()
+    ]
     status = 200 if enqueue else 503
-    return status, {"status": "ok" if enqueue else "unavailable", "version": __version__,
-                    "uptime_seconds": round(time.monotonic() - started, 3),
-                    "priorities": store.num_priorities, "shards": shards}
+    return status, {
+        "status": "ok" if enqueue else "unavailable",
+        "version": __version__,
+        "uptime_seconds": round(time.monotonic() - started, 3),
+        "priorities": store.num_priorities,
+        "shards": shards,
+    }
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: "MetricsServer"
+    server: MetricsServer
     #: socket timeout per request: a slow client cannot hold a thread for long
     timeout = 10
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             self._send(200, CONTENT_TYPE_LATEST, generate_latest(self.server.registry))
@@ -70,14 +80,18 @@ class MetricsServer(ThreadingHTTPServer):
         super().__init__((host, port), _Handler)
         self.registry = registry
         self.health = health
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="metrics-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="metrics-http",
+            daemon=True,
+        )
 
     @property
     def address(self) -> tuple[str, int]:
         return self.server_address[:2]
 
-    def start(self) -> "MetricsServer":
+    def start(self) -> MetricsServer:
         self._thread.start()
         return self
 

@@ -6,12 +6,12 @@ hanging in the listen backlog). Handler calls additionally take one of `worker_t
 so storage never sees more concurrent requests than that however many clients are connected.
 
 TLS (`settings.tls.enabled`): the accept loop never does TLS work; each connection thread wraps
-its socket and completes the handshake under one total deadline (pinlater.tls), so a silent
+its socket and completes the handshake under one total deadline (pinlater.server.tls), so a silent
 client cannot stall anyone else's handshake.
 
 Hostile input: a bad frame length, a frame that arrives too slowly, an unreadable message
 header or a failed handshake closes that connection; arguments that fail the wire check get a
-PROTOCOL_ERROR reply (pinlater.transport). Every such rejection goes through `Rejections`:
+PROTOCOL_ERROR reply (pinlater.server.transport). Every such rejection goes through `Rejections`:
 counted by reason (pinlater_frames_rejected_total) and logged at most once per reason per 5 s.
 
 Shutdown (`request_shutdown`, safe to call from a signal handler): the accept loop stops and the
@@ -32,10 +32,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from pinlater.config import ServerConfig
 from pinlater.handler import context
 from pinlater.server import tls
-from pinlater.config import ServerConfig
-from pinlater.server.wirecheck import REASONS as WIRE_REASONS
 from pinlater.server.transport import (
     Dispatcher,
     FrameError,
@@ -46,6 +45,7 @@ from pinlater.server.transport import (
     frame,
     set_timeout,
 )
+from pinlater.server.wirecheck import REASONS as WIRE_REASONS
 
 if TYPE_CHECKING:
     from pinlater.server.admission import Admission
@@ -75,24 +75,35 @@ class RateLimitedLog:
 
 
 #: label values of pinlater_frames_rejected_total
-REJECT_REASONS = ("frame_length", "frame_timeout", "malformed", "tls_handshake",
-                  "decode_error") + WIRE_REASONS
+REJECT_REASONS = (
+    "frame_length",
+    "frame_timeout",
+    "malformed",
+    "tls_handshake",
+    "decode_error",
+) + WIRE_REASONS
 
 
 class Rejections:
     """Where rejected input is reported: `count(reason)` (a metric) and a rate-limited log."""
 
-    def __init__(self, count: Callable[[str], None] | None = None,
-                 warnings: RateLimitedLog | None = None):
+    def __init__(
+        self, count: Callable[[str], None] | None = None, warnings: RateLimitedLog | None = None
+    ):
         self._count = count
         self._warnings = warnings or RateLimitedLog()
 
     def reject(self, reason: str, peer: str, detail: object, closing: bool = True) -> None:
         if self._count is not None:
             self._count(reason)
-        self._warnings.warning(f"reject:{reason}", "%s from %s (%s): %s",
-                               "closing connection" if closing else "rejected request", peer,
-                               reason, detail)
+        self._warnings.warning(
+            f"reject:{reason}",
+            "%s from %s (%s): %s",
+            "closing connection" if closing else "rejected request",
+            peer,
+            reason,
+            detail,
+        )
 
     def from_dispatcher(self, reason: str, detail: str) -> None:
         """The Dispatcher's `on_reject` hook (runs in the connection thread, which set the peer);
@@ -103,9 +114,15 @@ class Rejections:
 class Server:
     """Serves framed Thrift requests from a bound, listening socket until shut down."""
 
-    def __init__(self, sock: socket.socket, settings: ServerConfig, dispatcher: Dispatcher,
-                 admission: "Admission | None" = None, rejections: Rejections | None = None):
-        """`admission` (pinlater.admission) refuses requests over its caps at once. TLS is set
+    def __init__(
+        self,
+        sock: socket.socket,
+        settings: ServerConfig,
+        dispatcher: Dispatcher,
+        admission: Admission | None = None,
+        rejections: Rejections | None = None,
+    ):
+        """`admission` (pinlater.server.admission) refuses requests over its caps at once. TLS is set
         up from `settings.tls` (raises OSError/ssl.SSLError if its files do not load)."""
         self.settings = settings
         self.dispatcher = dispatcher
@@ -182,8 +199,12 @@ class Server:
                 conn = Connection(self, sock, addr)
                 self._conns.add(conn)
         if full:
-            self.warnings.warning("cap", "connection from %s refused: max_connections (%d) "
-                                  "reached", _peer(addr), self.settings.max_connections)
+            self.warnings.warning(
+                "cap",
+                "connection from %s refused: max_connections (%d) reached",
+                _peer(addr),
+                self.settings.max_connections,
+            )
             sock.close()
             return
         thread = threading.Thread(target=conn.run, name=f"conn-{_peer(addr)}", daemon=True)
@@ -194,7 +215,7 @@ class Server:
             self.forget(conn)
             sock.close()
 
-    def forget(self, conn: "Connection") -> None:
+    def forget(self, conn: Connection) -> None:
         with self._cond:
             self._conns.discard(conn)
             self._cond.notify_all()
@@ -214,8 +235,11 @@ class Server:
                 self._cond.wait(remaining)
             left = list(self._conns)
         if left:
-            log.warning("shutdown grace of %.1fs passed with %d connection(s) still busy; "
-                        "closing them", grace, len(left))
+            log.warning(
+                "shutdown grace of %.1fs passed with %d connection(s) still busy; closing them",
+                grace,
+                len(left),
+            )
             for conn in left:
                 conn.force_close()
         return not left
@@ -243,8 +267,9 @@ class Connection:
                 return
             reader = FrameReader(self.sock, settings.max_frame_bytes, self._mark_busy)
             while self._mark_idle():
-                payload = reader.read_frame(settings.idle_timeout_seconds,
-                                            settings.frame_read_timeout_seconds)
+                payload = reader.read_frame(
+                    settings.idle_timeout_seconds, settings.frame_read_timeout_seconds
+                )
                 if payload is None:
                     break
                 self._serve_one(payload, settings.frame_read_timeout_seconds)
@@ -256,7 +281,7 @@ class Connection:
             reject("frame_timeout", self.peer, exc)
         except (PeerClosed, OSError) as exc:
             log.debug("connection from %s ended: %s", self.peer, exc)
-        except Exception:  # noqa: BLE001 - a bug here must not kill the process quietly
+        except Exception:
             log.exception("unexpected error on connection from %s", self.peer)
         finally:
             self._close()

@@ -62,8 +62,12 @@ class FrameReader:
     being idle); the server uses it to tell idle connections from ones with a request in flight.
     """
 
-    def __init__(self, sock: socket.socket, max_frame_bytes: int,
-                 on_frame_start: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        sock: socket.socket,
+        max_frame_bytes: int,
+        on_frame_start: Callable[[], None] | None = None,
+    ):
         self._sock = sock
         self._max = max_frame_bytes
         self._pending = bytearray()
@@ -170,8 +174,10 @@ def set_timeout(sock: socket.socket, seconds: float | None) -> None:
 def describe_bad_length(size: int, header: bytes, max_frame_bytes: int) -> str:
     """A log-friendly reason, with a hint for the usual mistakes (HTTP, unframed Thrift)."""
     if header[:2] == b"\x80\x01":
-        return ("unframed TBinaryProtocol message (PinLater needs TFramedTransport): "
-                f"length field {size}")
+        return (
+            "unframed TBinaryProtocol message (PinLater needs TFramedTransport): "
+            f"length field {size}"
+        )
     if header.isalpha() or header[:4] in (b"GET ", b"POST", b"PUT ", b"HEAD"):
         return f"not Thrift (starts with {header!r}, HTTP?)"
     if size <= 0:
@@ -209,8 +215,9 @@ class _FrameSource:
 
 
 def _decoder(payload: bytes) -> TCyBinaryProtocol:
-    trans = TCyBufferedTransport(_FrameSource(payload),
-                                 buf_size=max(_MIN_DECODE_BUFFER, len(payload)))
+    trans = TCyBufferedTransport(
+        _FrameSource(payload), buf_size=max(_MIN_DECODE_BUFFER, len(payload))
+    )
     return TCyBinaryProtocol(trans, strict_read=True, strict_write=True, strict_decode=True)
 
 
@@ -226,13 +233,19 @@ class Dispatcher:
     exceptions its IDL method declares; anything else is logged and answered with a
     TApplicationException INTERNAL_ERROR, so the client never sees its connection drop.
 
-    Arguments that fail the wire check (pinlater.server_wirecheck, with `wire_limits`) or that
+    Arguments that fail the wire check (pinlater.server.wirecheck, with `wire_limits`) or that
     thriftpy2 cannot decode are answered with PROTOCOL_ERROR naming the field; the frame boundary
     is intact, so the connection stays usable. `on_reject(reason, detail)` is told about each.
     """
 
-    def __init__(self, service: Any, handler: Any, *, wire_limits: WireLimits = WireLimits(),
-                 on_reject: Callable[[str, str], None] | None = None):
+    def __init__(
+        self,
+        service: Any,
+        handler: Any,
+        *,
+        wire_limits: WireLimits = WireLimits(),
+        on_reject: Callable[[str, str], None] | None = None,
+    ):
         self._service = service
         self._handler = handler
         #: method name -> (args class, result class, argument names in IDL order), looked up
@@ -254,8 +267,13 @@ class Dispatcher:
             raise MalformedRequest(f"message type {msg_type} is not a call")
         method = self._methods.get(name)
         if method is None:
-            return name, encode_exception(name, seqid, TApplicationException(
-                TApplicationException.UNKNOWN_METHOD, f"Unknown method {name!r}"))
+            return name, encode_exception(
+                name,
+                seqid,
+                TApplicationException(
+                    TApplicationException.UNKNOWN_METHOD, f"Unknown method {name!r}"
+                ),
+            )
         args_cls, result_cls, arg_names = method
         args = args_cls()
         try:
@@ -266,32 +284,37 @@ class Dispatcher:
             detail = f"cannot decode {name} arguments: {exc}"
             if self._on_reject is not None:
                 self._on_reject(reason, detail)
-            return name, encode_exception(name, seqid, TApplicationException(
-                TApplicationException.PROTOCOL_ERROR, detail))
+            return name, encode_exception(
+                name, seqid, TApplicationException(TApplicationException.PROTOCOL_ERROR, detail)
+            )
         return name, self._call(name, seqid, args, result_cls(), arg_names)
 
-    def _call(self, name: str, seqid: int, args: Any, result: Any,
-              arg_names: tuple[str, ...]) -> bytes:
+    def _call(
+        self, name: str, seqid: int, args: Any, result: Any, arg_names: tuple[str, ...]
+    ) -> bytes:
         values = args.__dict__
         try:
             result.success = getattr(self._handler, name)(*[values[n] for n in arg_names])
         except TApplicationException as exc:
             return encode_exception(name, seqid, exc)
-        except Exception as exc:  # noqa: BLE001 - translated to a reply, never a dropped socket
+        except Exception as exc:
             if not _store_declared(exc, result):
                 log.exception("handler %s raised an undeclared exception", name)
                 return _internal_error(name, seqid, f"{type(exc).__name__} in {name}")
         try:
             return encode_reply(name, seqid, result)
-        except Exception:  # noqa: BLE001 - e.g. the handler returned a value of the wrong type
+        except Exception:
             log.exception("cannot encode the reply of %s", name)
             return _internal_error(name, seqid, f"cannot encode the reply of {name}")
 
 
 def _method_classes(service: Any, name: str) -> tuple[Any, Any, tuple[str, ...]]:
     args_cls = getattr(service, name + "_args")
-    return (args_cls, getattr(service, name + "_result"),
-            tuple(spec[1] for spec in args_cls.thrift_spec.values()))
+    return (
+        args_cls,
+        getattr(service, name + "_result"),
+        tuple(spec[1] for spec in args_cls.thrift_spec.values()),
+    )
 
 
 def _args_offset(payload: bytes) -> int:
@@ -326,5 +349,6 @@ def encode_exception(name: str, seqid: int, exc: TApplicationException) -> bytes
 
 
 def _internal_error(name: str, seqid: int, message: str) -> bytes:
-    return encode_exception(name, seqid, TApplicationException(
-        TApplicationException.INTERNAL_ERROR, message))
+    return encode_exception(
+        name, seqid, TApplicationException(TApplicationException.INTERNAL_ERROR, message)
+    )

@@ -36,8 +36,19 @@ _FIXED = {2: 1, 3: 1, 4: 8, 6: 2, 8: 4, 10: 8}
 _FIELD_WIDTH = {ttype: 3 + size for ttype, size in _FIXED.items()}
 #: the smallest encoding of one value of each wire type (for the container-count check)
 _MIN_WIDTH = {**_FIXED, 11: 4, 12: 1, 13: 6, 14: 5, 15: 5}
-_NAMES = {2: "bool", 3: "byte", 4: "double", 6: "i16", 8: "i32", 10: "i64", 11: "string",
-          12: "struct", 13: "map", 14: "set", 15: "list"}
+_NAMES = {
+    2: "bool",
+    3: "byte",
+    4: "double",
+    6: "i16",
+    8: "i32",
+    10: "i64",
+    11: "string",
+    12: "struct",
+    13: "map",
+    14: "set",
+    15: "list",
+}
 _BINARY = 18  # thriftpy2's spec type for `binary`; on the wire it is a string (11)
 
 #: every `reason` a WireError can carry (the label values of pinlater_frames_rejected_total)
@@ -111,7 +122,8 @@ def _fields(cls: Any) -> dict[int, tuple[int, int, Any, str]]:
     if fields is None:
         fields = _FIELDS[cls] = {
             fid: (_wire(f[0]), f[0], f[2] if len(f) == 4 else None, f[1])
-            for fid, f in cls.thrift_spec.items()}
+            for fid, f in cls.thrift_spec.items()
+        }
     return fields
 
 
@@ -126,7 +138,7 @@ class _Walk:
     start looked at (the walk only moves forward): a string that ends before it is ASCII, hence
     valid UTF-8, and is not decoded (most strings of a 100-job request)."""
 
-    __slots__ = ("data", "end", "limits", "high", "marks")
+    __slots__ = ("data", "end", "high", "limits", "marks")
 
     def __init__(self, data: bytes, pos: int, limits: WireLimits):
         self.data, self.end, self.limits = data, len(data), limits
@@ -173,8 +185,9 @@ class _Walk:
                 pos = self.value(pos, ftype, None, depth - 1, None)
                 high = self.high
             else:
-                raise WireError("bad_type", f"{_join(_render(path), f'field {fid}')}: invalid "
-                                f"type id {ftype}")
+                raise WireError(
+                    "bad_type", f"{_join(_render(path), f'field {fid}')}: invalid type id {ftype}"
+                )
 
     def string_field(self, start: int, n: int, fspec: Any, path: Any) -> None:
         """The slow part of a string field: its length is out of range, or it may hold
@@ -195,8 +208,9 @@ class _Walk:
         (fid,) = _I16.unpack_from(self.data, pos + 1)
         fspec = spec.get(fid)
         known = fspec is not None and fspec[0] == ftype
-        raise WireError("truncated", f"{_render((path, fspec[3])) if known else 'value'}: "
-                        "truncated")
+        raise WireError(
+            "truncated", f"{_render((path, fspec[3])) if known else 'value'}: truncated"
+        )
 
     def value(self, pos: int, ttype: int, extra: Any, depth: int, path: Any) -> int:
         size = _FIXED.get(ttype)
@@ -226,8 +240,11 @@ class _Walk:
         return start + n
 
     def bad_length(self, n: int, start: int, utf8_path: Any) -> None:
-        raise WireError("truncated", f"{_render(utf8_path) or 'string'}: length {n} out of range "
-                        f"({self.end - start} bytes left)")
+        raise WireError(
+            "truncated",
+            f"{_render(utf8_path) or 'string'}: length {n} out of range "
+            f"({self.end - start} bytes left)",
+        )
 
     def utf8_check(self, start: int, stop: int, path: Any) -> None:
         """Decode data[start:stop] unless no byte of it is non-ASCII."""
@@ -263,8 +280,7 @@ class _Walk:
                 pos = fields(pos, spec, depth - 1, (path, i))
             return pos
         for i in range(n):
-            pos = self.value(pos, ktype, kextra, depth - 1,
-                             None if known is None else (path, i))
+            pos = self.value(pos, ktype, kextra, depth - 1, None if known is None else (path, i))
         return pos
 
     def mapping(self, pos: int, extra: Any, depth: int, path: Any) -> int:
@@ -289,9 +305,12 @@ class _Walk:
             return None
         ttype, extra = _elem(spec)
         if _wire(ttype) != wire_type:
-            raise WireError("type_mismatch", f"{_render(path)}: {what} are "
-                            f"{_NAMES.get(wire_type, wire_type)}, expected "
-                            f"{_NAMES.get(_wire(ttype), ttype)}")
+            raise WireError(
+                "type_mismatch",
+                f"{_render(path)}: {what} are "
+                f"{_NAMES.get(wire_type, wire_type)}, expected "
+                f"{_NAMES.get(_wire(ttype), ttype)}",
+            )
         return ttype, extra
 
     def count(self, pos: int, n: int, types: tuple[int, ...], depth: int, path: Any) -> None:
@@ -302,10 +321,13 @@ class _Walk:
         if n < 0:
             raise WireError("truncated", f"{where}: negative size {n}")
         if n > self.limits.max_items:
-            raise WireError("too_many_items", f"{where}: {n} entries is over the maximum of "
-                            f"{self.limits.max_items}")
+            raise WireError(
+                "too_many_items",
+                f"{where}: {n} entries is over the maximum of {self.limits.max_items}",
+            )
         if n * sum(_MIN_WIDTH[t] for t in types) > self.end - pos:
-            raise WireError("truncated", f"{where}: {n} entries cannot fit in the "
-                            f"{self.end - pos} bytes left")
+            raise WireError(
+                "truncated", f"{where}: {n} entries cannot fit in the {self.end - pos} bytes left"
+            )
         if depth <= 0:
             raise WireError("too_deep", f"nested deeper than {self.limits.max_depth} levels")

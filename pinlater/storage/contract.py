@@ -97,8 +97,9 @@ class Shard(abc.ABC):
         """Store all jobs atomically (one transaction) and return their local ids in order."""
 
     @abc.abstractmethod
-    def dequeue(self, queue: str, priority: int, limit: int,
-                claim: str | None) -> list[DequeuedJob]:
+    def dequeue(
+        self, queue: str, priority: int, limit: int, claim: str | None
+    ) -> list[DequeuedJob]:
         """Claim up to `limit` eligible PENDING jobs (run_after <= now) of one priority, oldest
         run_after first then by id, moving them to IN_PROGRESS with `claim` and updated_at = now.
         `claim` None is a dry run: return them without changing anything."""
@@ -107,8 +108,15 @@ class Shard(abc.ABC):
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         """Apply acks whose job is IN_PROGRESS and whose claim matches; return how many applied."""
 
-    def ack_and_dequeue(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack],
-                        priority: int, limit: int, claim: str) -> tuple[int, list[DequeuedJob]]:
+    def ack_and_dequeue(
+        self,
+        queue: str,
+        succeeded: Sequence[Ack],
+        failed: Sequence[Ack],
+        priority: int,
+        limit: int,
+        claim: str,
+    ) -> tuple[int, list[DequeuedJob]]:
         """Piggy-backed acks, then a dequeue, as `ack` then `dequeue` (so the acks are applied
         first). A backend may do both in one round trip. If this raises, the acks may or may not
         have been applied (the caller applies them again: a repeated ack is a no-op)."""
@@ -119,36 +127,59 @@ class Shard(abc.ABC):
         """Apply checkpoints whose job is IN_PROGRESS with a matching claim; return the count."""
 
     @abc.abstractmethod
-    def lookup(self, queue: str, refs: Sequence[tuple[int, int]],
-               include_body: bool) -> list[JobRecord]:
+    def lookup(
+        self, queue: str, refs: Sequence[tuple[int, int]], include_body: bool
+    ) -> list[JobRecord]:
         """Records for the (priority, local_id) pairs that exist; missing ones are omitted."""
 
     @abc.abstractmethod
-    def count(self, queue: str, state: JobState, priorities: Sequence[int], future: bool,
-              cap: int, body_filter: BodyFilter | None) -> int:
+    def count(
+        self,
+        queue: str,
+        state: JobState,
+        priorities: Sequence[int],
+        future: bool,
+        cap: int,
+        body_filter: BodyFilter | None,
+    ) -> int:
         """Jobs in `state` over the priorities with run_after > now (future) or <= now,
         exact up to `cap` (the result is at most `cap`)."""
 
     @abc.abstractmethod
-    def scan(self, queue: str, state: JobState, bounds: Mapping[int, ScanBound | None],
-             future: bool, limit: int, body_filter: BodyFilter | None) -> list[JobRecord]:
+    def scan(
+        self,
+        queue: str,
+        state: JobState,
+        bounds: Mapping[int, ScanBound | None],
+        future: bool,
+        limit: int,
+        body_filter: BodyFilter | None,
+    ) -> list[JobRecord]:
         """For each priority in `bounds`, up to `limit` records after its bound (None = from the
         top) in (run_after DESC, local_id DESC) order. Bodies are not returned."""
 
     @abc.abstractmethod
-    def retry_failed(self, queue: str, priority: int, attempts_remaining: int,
-                     run_after_ms: int | None, limit: int) -> int:
+    def retry_failed(
+        self,
+        queue: str,
+        priority: int,
+        attempts_remaining: int,
+        run_after_ms: int | None,
+        limit: int,
+    ) -> int:
         """Move up to `limit` FAILED jobs (oldest first) to PENDING; return how many."""
 
     @abc.abstractmethod
-    def delete_jobs(self, queue: str, state: JobState, priority: int, limit: int,
-                    body_filter: BodyFilter | None) -> int:
+    def delete_jobs(
+        self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
+    ) -> int:
         """Delete up to `limit` jobs in `state` (matching the filter, if any); return how many."""
 
     # ---- janitor ----
     @abc.abstractmethod
-    def reclaim_expired(self, queue: str, priority: int, claim_timeout_ms: int,
-                        limit: int) -> ReclaimCounts:
+    def reclaim_expired(
+        self, queue: str, priority: int, claim_timeout_ms: int, limit: int
+    ) -> ReclaimCounts:
         """Up to `limit` IN_PROGRESS jobs whose updated_at is older than the timeout: back to
         PENDING with one attempt used (run_after = now), or FAILED when none is left."""
 

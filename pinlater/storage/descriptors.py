@@ -34,8 +34,10 @@ class JobDescriptor:
         """Parse a descriptor or raise InvalidRequest naming the field and the text."""
         match = _DESCRIPTOR.fullmatch(text) if isinstance(text, str) else None
         if match is None:
-            raise InvalidRequest(f"{field}: malformed job descriptor {text!r}; "
-                                 "expected QUEUE:sSHARD:pPRIORITY:LOCALID")
+            raise InvalidRequest(
+                f"{field}: malformed job descriptor {text!r}; "
+                "expected QUEUE:sSHARD:pPRIORITY:LOCALID"
+            )
         queue, shard, priority, local_id = match.groups()
         if int(local_id) > MAX_LOCAL_ID:
             raise InvalidRequest(f"{field}: local id out of range in {text!r}")
@@ -44,8 +46,11 @@ class JobDescriptor:
 
 _NEW = object.__new__
 _SET_QUEUE, _SET_SHARD, _SET_PRIORITY, _SET_LOCAL_ID = (
-    JobDescriptor.queue.__set__, JobDescriptor.shard.__set__, JobDescriptor.priority.__set__,
-    JobDescriptor.local_id.__set__)
+    JobDescriptor.queue.__set__,
+    JobDescriptor.shard.__set__,
+    JobDescriptor.priority.__set__,
+    JobDescriptor.local_id.__set__,
+)
 
 
 def descriptor(queue: str, shard: str, priority: int, local_id: int) -> JobDescriptor:

@@ -11,12 +11,14 @@ from pinlater.errors import QueueNotFound
 
 __all__ = ["QueueNotFound", "ShardError", "StorageFull"]
 
+
 class ShardError(Exception):
     """A storage shard failed. `retriable` errors (lost connection, deadlock, lock wait) may be
     retried by the sharded layer; the others are reported after the first try."""
 
-    def __init__(self, shard: str, message: str, *, retriable: bool = True,
-                 timed_out: bool = False):
+    def __init__(
+        self, shard: str, message: str, *, retriable: bool = True, timed_out: bool = False
+    ):
         super().__init__(f"shard {shard}: {message}")
         self.shard = shard
         self.retriable = retriable

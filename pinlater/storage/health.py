@@ -33,8 +33,12 @@ class ShardHealth:
         with self._lock:
             count = self._failures[shard] = self._failures.get(shard, 0) + 1
         if count == self._threshold:
-            log.warning("shard %s is unhealthy after %d consecutive failures; skipped for "
-                        "enqueue and dequeue until a probe succeeds", shard, count)
+            log.warning(
+                "shard %s is unhealthy after %d consecutive failures; skipped for "
+                "enqueue and dequeue until a probe succeeds",
+                shard,
+                count,
+            )
 
     def mark_unhealthy(self, shard: str) -> None:
         with self._lock:
@@ -44,8 +48,7 @@ class ShardHealth:
             log.warning("shard %s marked unhealthy", shard)
 
     def unhealthy(self) -> list[str]:
-        return [name for name, count in list(self._failures.items())
-                if count >= self._threshold]
+        return [name for name, count in list(self._failures.items()) if count >= self._threshold]
 
     def forget(self, shard: str) -> None:
         with self._lock:

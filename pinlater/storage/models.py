@@ -122,8 +122,14 @@ _SET_ACK = tuple(getattr(Ack, name).__set__ for name in Ack.__slots__)
 _SET_DEQUEUED = tuple(getattr(DequeuedJob, name).__set__ for name in DequeuedJob.__slots__)
 
 
-def new_dequeued_job(priority: int, local_id: int, body: bytes, attempts_allowed: int,
-                     attempts_remaining: int, claim: str | None) -> DequeuedJob:
+def new_dequeued_job(
+    priority: int,
+    local_id: int,
+    body: bytes,
+    attempts_allowed: int,
+    attempts_remaining: int,
+    claim: str | None,
+) -> DequeuedJob:
     """`DequeuedJob(...)` built by setting its slots directly (as new_ack): backends build one
     per handed-out job."""
     job = _NEW(DequeuedJob)
@@ -137,8 +143,9 @@ def new_dequeued_job(priority: int, local_id: int, body: bytes, attempts_allowed
     return job
 
 
-def new_ack(priority: int, local_id: int, match: ClaimMatch, append_status: str,
-            retry_delay_ms: int) -> Ack:
+def new_ack(
+    priority: int, local_id: int, match: ClaimMatch, append_status: str, retry_delay_ms: int
+) -> Ack:
     """`Ack(...)` of already valid values, built by setting its slots directly: the frozen
     dataclass `__init__` goes through `object.__setattr__` per field, ~40% slower, and an ack
     request builds one per job."""

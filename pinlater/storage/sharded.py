@@ -19,8 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from pinlater.storage.contract import Backend, BodyFilter, Shard, ShardSpec
-from pinlater.storage.claims import new_claim
 from pinlater.errors import (
     ContinuationInvalid,
     EnqueueRejected,
@@ -29,9 +27,11 @@ from pinlater.errors import (
     QueueNotFound,
     ShardConnectionFailed,
 )
+from pinlater.storage.claims import new_claim
+from pinlater.storage.contract import Backend, BodyFilter, Shard, ShardSpec
+from pinlater.storage.descriptors import MAX_LOCAL_ID, JobDescriptor, descriptor
 from pinlater.storage.errors import ShardError, StorageFull
 from pinlater.storage.health import ShardHealth
-from pinlater.storage.descriptors import MAX_LOCAL_ID, JobDescriptor, descriptor
 from pinlater.storage.models import (
     Ack,
     Checkpoint,
@@ -64,17 +64,25 @@ class ShardedBackend:
     #: told (shard, seconds, ok) after every storage call attempt (metrics); None = nobody
     call_observer: Callable[[str, float, bool], None] | None = None
 
-    def __init__(self, backend: Backend, specs: Sequence[ShardSpec], *, num_priorities: int,
-                 retries: int = 2, unhealthy_after_failures: int = 3,
-                 rng: random.Random | None = None):
+    def __init__(
+        self,
+        backend: Backend,
+        specs: Sequence[ShardSpec],
+        *,
+        num_priorities: int,
+        retries: int = 2,
+        unhealthy_after_failures: int = 3,
+        rng: random.Random | None = None,
+    ):
         self.backend = backend
         self.num_priorities = num_priorities
         self._retries = retries
         self.health = ShardHealth(unhealthy_after_failures)
         self._rng = rng or random.Random()
         self._reload_lock = threading.Lock()
-        self._set = _ShardSet({s.name: backend.open_shard(s) for s in specs},
-                              {s.name: s for s in specs})
+        self._set = _ShardSet(
+            {s.name: backend.open_shard(s) for s in specs}, {s.name: s for s in specs}
+        )
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="shard-fanout")
 
     # ---------------------------------------------------------------- shard set
@@ -93,8 +101,11 @@ class ShardedBackend:
 
     def enqueue_candidates(self) -> list[str]:
         """Shards that may take enqueues now: healthy and not dequeue_only."""
-        return [name for name, spec in self._set.specs.items()
-                if not spec.dequeue_only and self.health.is_healthy(name)]
+        return [
+            name
+            for name, spec in self._set.specs.items()
+            if not spec.dequeue_only and self.health.is_healthy(name)
+        ]
 
     def reload(self, specs: Sequence[ShardSpec]) -> None:
         """Switch to a new shard map without a restart: reuse shards whose connection settings
@@ -125,8 +136,10 @@ class ShardedBackend:
                 if shards.get(name) is not shard:
                     self.health.forget(name)
                     shard.close()
-            log.info("shard map reloaded: %s", ", ".join(
-                f"{s.name}{' (dequeue_only)' if s.dequeue_only else ''}" for s in specs))
+            log.info(
+                "shard map reloaded: %s",
+                ", ".join(f"{s.name}{' (dequeue_only)' if s.dequeue_only else ''}" for s in specs),
+            )
 
     def probe_unhealthy(self) -> list[str]:
         """Ping every unhealthy shard once; return the names that came back."""
@@ -181,7 +194,7 @@ class ShardedBackend:
                 if not exc.retriable or not self.health.is_healthy(name):
                     break
                 if attempt + 1 < tries:
-                    time.sleep(0.005 * (2 ** attempt))
+                    time.sleep(0.005 * (2**attempt))
                 continue
             if observe is not None:
                 observe(name, time.perf_counter() - started, True)
@@ -233,17 +246,26 @@ class ShardedBackend:
                 continue
             except StorageFull as exc:
                 raise EnqueueRejected(f"shard {name} refused the jobs: {exc}") from None
-            return [descriptor(queue, name, job.priority, local_id)
-                    for job, local_id in zip(jobs, ids)]
+            return [
+                descriptor(queue, name, job.priority, local_id) for job, local_id in zip(jobs, ids)
+            ]
         if last is not None:
             raise last
-        raise NoHealthyShards("Unable to find healthy shard: no shard accepts enqueues (all are "
-                              "unhealthy or dequeue_only)")
+        raise NoHealthyShards(
+            "Unable to find healthy shard: no shard accepts enqueues (all are "
+            "unhealthy or dequeue_only)"
+        )
 
-    def dequeue(self, queue: str, limit: int, source: str, *, dry_run: bool = False,
-                coverage: float = 1.0,
-                acks: tuple[Sequence[tuple[str, Ack]], Sequence[tuple[str, Ack]]] | None = None,
-                ) -> list[tuple[JobDescriptor, DequeuedJob]]:
+    def dequeue(
+        self,
+        queue: str,
+        limit: int,
+        source: str,
+        *,
+        dry_run: bool = False,
+        coverage: float = 1.0,
+        acks: tuple[Sequence[tuple[str, Ack]], Sequence[tuple[str, Ack]]] | None = None,
+    ) -> list[tuple[JobDescriptor, DequeuedJob]]:
         """Claim up to `limit` jobs: priority 1 on every examined shard first, then 2, ...;
         shards in random order, each asked for all jobs still needed. A shard that fails after
         others already handed out jobs is skipped (those jobs are delivered, not orphaned).
@@ -255,7 +277,7 @@ class ShardedBackend:
         and the dequeue goes on as usual."""
         names = self.shard_names()
         self._rng.shuffle(names)
-        names = names[:max(1, int(len(names) * coverage + 0.5))]
+        names = names[: max(1, int(len(names) * coverage + 0.5))]
         healthy = [n for n in names if self.health.is_healthy(n)]
         claim = None if dry_run else new_claim(source)
         lead = self._piggyback_lead(queue, acks, healthy, claim)  # applies acks that can't ride
@@ -269,8 +291,7 @@ class ShardedBackend:
             jobs = self._lead_dequeue(queue, lead, acks, limit, claim)
             if jobs is not None:
                 done = (1, lead)
-                got += [(descriptor(queue, lead, job.priority, job.local_id), job)
-                        for job in jobs]
+                got += [(descriptor(queue, lead, job.priority, job.local_id), job) for job in jobs]
         missing: set[str] = set()
         failure: ShardConnectionFailed | None = None
         for priority in range(1, self.num_priorities + 1):
@@ -288,17 +309,16 @@ class ShardedBackend:
                 except ShardConnectionFailed as exc:
                     failure = exc
                     continue
-                got += [(descriptor(queue, name, job.priority, job.local_id), job)
-                        for job in jobs]
+                got += [(descriptor(queue, name, job.priority, job.local_id), job) for job in jobs]
             if len(missing) == len(healthy) and not got:
                 raise QueueNotFound(queue)
-        if not got and failure is not None and not any(
-                self.health.is_healthy(n) for n in healthy):
+        if not got and failure is not None and not any(self.health.is_healthy(n) for n in healthy):
             raise failure
         return got
 
-    def _piggyback_lead(self, queue: str, acks, healthy: list[str],
-                        claim: str | None) -> str | None:
+    def _piggyback_lead(
+        self, queue: str, acks, healthy: list[str], claim: str | None
+    ) -> str | None:
         """Apply `acks` now, except those that can ride with the first dequeue: the name of
         the one healthy shard they all belong to (then nothing is applied yet), else None."""
         if acks is None:
@@ -310,21 +330,24 @@ class ShardedBackend:
             self.ack(queue, *acks)
         return None
 
-    def _lead_dequeue(self, queue: str, name: str, acks, limit: int,
-                      claim: str) -> list[DequeuedJob] | None:
+    def _lead_dequeue(
+        self, queue: str, name: str, acks, limit: int, claim: str
+    ) -> list[DequeuedJob] | None:
         """The acks plus priority 1 of shard `name` in one call; None when that failed and the
         acks were applied on their own instead (their error, if any, is raised)."""
         succeeded = [ack for _, ack in acks[0]]
         failed = [ack for _, ack in acks[1]]
         try:
-            return self.call(name, lambda s: s.ack_and_dequeue(queue, succeeded, failed, 1,
-                                                                limit, claim))[1]
+            return self.call(
+                name, lambda s: s.ack_and_dequeue(queue, succeeded, failed, 1, limit, claim)
+            )[1]
         except (QueueNotFound, ShardConnectionFailed):
             self.ack(queue, *acks)  # a repeated ack is a no-op
             return None
 
-    def ack(self, queue: str, succeeded: Sequence[tuple[str, Ack]],
-            failed: Sequence[tuple[str, Ack]]) -> int:
+    def ack(
+        self, queue: str, succeeded: Sequence[tuple[str, Ack]], failed: Sequence[tuple[str, Ack]]
+    ) -> int:
         """Apply acks grouped per shard (one call each); returns how many applied."""
         by_shard: dict[str, tuple[list[Ack], list[Ack]]] = defaultdict(lambda: ([], []))
         for name, ack in succeeded:
@@ -344,8 +367,9 @@ class ShardedBackend:
         applied = self._fan_out(by_shard, lambda s: s.checkpoint(queue, by_shard[s.name]))
         return sum(applied.values())
 
-    def lookup(self, descriptors: Sequence[JobDescriptor],
-               include_body: bool) -> dict[JobDescriptor, JobRecord]:
+    def lookup(
+        self, descriptors: Sequence[JobDescriptor], include_body: bool
+    ) -> dict[JobDescriptor, JobRecord]:
         """Records of the jobs that exist, keyed by descriptor; one call per (queue, shard)."""
         groups: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
         for d in descriptors:
@@ -357,30 +381,56 @@ class ShardedBackend:
                 found[JobDescriptor(queue, name, record.priority, record.local_id)] = record
         return found
 
-    def count(self, queue: str, state: JobState, priority: int | None, future: bool,
-              cap: int, body_filter: BodyFilter | None) -> int:
+    def count(
+        self,
+        queue: str,
+        state: JobState,
+        priority: int | None,
+        future: bool,
+        cap: int,
+        body_filter: BodyFilter | None,
+    ) -> int:
         priorities = self._priorities(priority)
-        counts = self._fan_out(self.shard_names(), lambda s: s.count(
-            queue, state, priorities, future, cap, body_filter))
+        counts = self._fan_out(
+            self.shard_names(),
+            lambda s: s.count(queue, state, priorities, future, cap, body_filter),
+        )
         return min(sum(counts.values()), cap)
 
-    def scan(self, queue: str, state: JobState, priority: int | None, future: bool,
-             continuation: str, limit: int, body_filter: BodyFilter | None,
-             ) -> tuple[list[tuple[JobDescriptor, JobRecord]], str]:
+    def scan(
+        self,
+        queue: str,
+        state: JobState,
+        priority: int | None,
+        future: bool,
+        continuation: str,
+        limit: int,
+        body_filter: BodyFilter | None,
+    ) -> tuple[list[tuple[JobDescriptor, JobRecord]], str]:
         """A page of jobs, newest run_after first, merged across shards, and the continuation
         for the next page (CONTINUATION_END when there is none)."""
         if continuation == CONTINUATION_END:
             return [], CONTINUATION_END
         cursor = _parse_continuation(continuation)
         priorities = self._priorities(priority)
-        pages = self._fan_out(self.shard_names(), lambda s: s.scan(
-            queue, state, {p: _bound(cursor, s.name, p) for p in priorities}, future, limit,
-            body_filter))
+        pages = self._fan_out(
+            self.shard_names(),
+            lambda s: s.scan(
+                queue,
+                state,
+                {p: _bound(cursor, s.name, p) for p in priorities},
+                future,
+                limit,
+                body_filter,
+            ),
+        )
         rows = [(name, record) for name, records in pages.items() for record in records]
         rows.sort(key=lambda row: _scan_key(row[0], row[1]))
         page_full = any(
             sum(1 for r in records if r.priority == p) >= limit
-            for records in pages.values() for p in priorities)
+            for records in pages.values()
+            for p in priorities
+        )
         more = len(rows) > limit or page_full
         rows = rows[:limit]
         result = [(JobDescriptor(queue, name, r.priority, r.local_id), r) for name, r in rows]
@@ -389,15 +439,19 @@ class ShardedBackend:
         name, last = rows[-1]
         return result, f"{last.run_after_ms}:{name}:{last.priority}:{last.local_id}"
 
-    def retry_failed(self, queue: str, priority: int, attempts: int, run_after_ms: int | None,
-                     limit: int) -> int:
-        return self._sequential(lambda s, left: s.retry_failed(
-            queue, priority, attempts, run_after_ms, left), limit)
+    def retry_failed(
+        self, queue: str, priority: int, attempts: int, run_after_ms: int | None, limit: int
+    ) -> int:
+        return self._sequential(
+            lambda s, left: s.retry_failed(queue, priority, attempts, run_after_ms, left), limit
+        )
 
-    def delete_jobs(self, queue: str, state: JobState, priority: int, limit: int,
-                    body_filter: BodyFilter | None) -> int:
-        return self._sequential(lambda s, left: s.delete_jobs(
-            queue, state, priority, left, body_filter), limit)
+    def delete_jobs(
+        self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
+    ) -> int:
+        return self._sequential(
+            lambda s, left: s.delete_jobs(queue, state, priority, left, body_filter), limit
+        )
 
     # ---------------------------------------------------------------- helpers
 
@@ -421,8 +475,10 @@ def _parse_continuation(token: str) -> tuple[int, str, int, int] | None:
         return None
     match = _CONTINUATION.fullmatch(token) if isinstance(token, str) else None
     if match is None:
-        raise ContinuationInvalid(f"continuation {token!r} is not one this server issued; "
-                                  f"start with {CONTINUATION_START!r}")
+        raise ContinuationInvalid(
+            f"continuation {token!r} is not one this server issued; "
+            f"start with {CONTINUATION_START!r}"
+        )
     run_after, shard, priority, local_id = match.groups()
     return int(run_after), shard, int(priority), int(local_id)
 
@@ -432,8 +488,7 @@ def _scan_key(shard: str, record: JobRecord) -> tuple:
     return (-record.run_after_ms, shard, record.priority, -record.local_id)
 
 
-def _bound(cursor: tuple[int, str, int, int] | None, shard: str,
-           priority: int) -> ScanBound | None:
+def _bound(cursor: tuple[int, str, int, int] | None, shard: str, priority: int) -> ScanBound | None:
     """The per-(shard, priority) resume point equivalent to "after `cursor` in _scan_key order"."""
     if cursor is None:
         return None
@@ -442,5 +497,3 @@ def _bound(cursor: tuple[int, str, int, int] | None, shard: str,
         return ScanBound(run_after, c_id)
     after = (shard, priority) > (c_shard, c_priority)
     return ScanBound(run_after, MAX_LOCAL_ID if after else 0)
-
-

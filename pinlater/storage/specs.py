@@ -17,8 +17,9 @@ from pinlater.storage.descriptors import SHARD_NAME_PATTERN
 __all__ = ["ConfigError", "build_section", "field_range", "parse_shard_list"]
 
 
-def parse_shard_list(spec_cls: type, raw: Any, path: str,
-                     default: list[dict] | None = None) -> list[ShardSpec]:
+def parse_shard_list(
+    spec_cls: type, raw: Any, path: str, default: list[dict] | None = None
+) -> list[ShardSpec]:
     """Build a list of `spec_cls` shard specs from YAML, checking names are valid and unique.
 
     `default` is used when the list is absent (e.g. one local SQLite shard). Raises ConfigError.
@@ -34,8 +35,9 @@ def parse_shard_list(spec_cls: type, raw: Any, path: str,
         if isinstance(entry, Mapping) and "name" in entry:
             entry = {**entry, "name": str(entry["name"])}
             if not re.fullmatch(SHARD_NAME_PATTERN, entry["name"], re.ASCII):
-                problems.append(f"{where}.name: {entry['name']!r} must be 1-32 ASCII letters "
-                                "or digits")
+                problems.append(
+                    f"{where}.name: {entry['name']!r} must be 1-32 ASCII letters or digits"
+                )
         elif isinstance(entry, Mapping):
             problems.append(f"{where}.name: missing")
         specs.append(build_section(spec_cls, entry, where, problems))

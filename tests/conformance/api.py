@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
+from pinlater.config import JanitorConfig
 from pinlater.idl import pinlater_thrift as t
 from pinlater.ops.janitor import Janitor
-from pinlater.config import JanitorConfig
 
 WORKER = "worker:host1"
 ADMIN_PASSWORD = "s3cret"
@@ -35,8 +35,12 @@ class Api:
         self.store.shift_clock(ms)
 
     def janitor(self, **overrides):
-        settings = dict(claim_timeout_seconds=60, succeeded_ttl_seconds=3600,
-                        failed_ttl_seconds=7200, batch_size=1000)
+        settings = dict(
+            claim_timeout_seconds=60,
+            succeeded_ttl_seconds=3600,
+            failed_ttl_seconds=7200,
+            batch_size=1000,
+        )
         settings.update(overrides)
         return Janitor(self.store, JanitorConfig(**settings)).run_once()
 
@@ -68,15 +72,21 @@ class Api:
 
     # -- jobs
     def enqueue(self, queue, *jobs, source: str = WORKER, **defaults) -> list[str]:
-        built = [t.PinLaterJob(**({"body": j} if isinstance(j, bytes) else j), **defaults)
-                 if not isinstance(j, t.PinLaterJob) else j for j in jobs]
+        built = [
+            t.PinLaterJob(**({"body": j} if isinstance(j, bytes) else j), **defaults)
+            if not isinstance(j, t.PinLaterJob)
+            else j
+            for j in jobs
+        ]
         response = self.client.enqueueJobs(
-            self.ctx(source), t.PinLaterEnqueueRequest(queueName=queue, jobs=built))
+            self.ctx(source), t.PinLaterEnqueueRequest(queueName=queue, jobs=built)
+        )
         return response.jobDescriptors
 
     def dequeue(self, queue, limit: int = 10, source: str = WORKER, ack=None, **kwargs):
-        request = t.PinLaterDequeueRequest(queueName=queue, limit=limit, jobAckRequest=ack,
-                                           **kwargs)
+        request = t.PinLaterDequeueRequest(
+            queueName=queue, limit=limit, jobAckRequest=ack, **kwargs
+        )
         return self.client.dequeueJobs(self.ctx(source), request)
 
     def dequeue_ids(self, queue, limit: int = 10, **kwargs) -> list[str]:
@@ -93,22 +103,30 @@ class Api:
                     descriptor, fields = item
                     out.append(t.PinLaterJobAckInfo(jobDescriptor=descriptor, **fields))
             return out
-        return t.PinLaterJobAckRequest(queueName=queue, jobsSucceeded=infos(succeeded),
-                                       jobsFailed=infos(failed))
+
+        return t.PinLaterJobAckRequest(
+            queueName=queue, jobsSucceeded=infos(succeeded), jobsFailed=infos(failed)
+        )
 
     def ack(self, queue, succeeded=(), failed=(), source: str = WORKER) -> None:
         self.client.ackDequeuedJobs(self.ctx(source), self.ack_request(queue, succeeded, failed))
 
     def checkpoint(self, queue, *requests, source: str = WORKER) -> None:
-        built = [t.PinLaterCheckpointJobRequest(jobDescriptor=r) if isinstance(r, str)
-                 else t.PinLaterCheckpointJobRequest(jobDescriptor=r[0], **r[1])
-                 for r in requests]
-        self.client.checkpointJobs(self.ctx(source), t.PinLaterCheckpointJobsRequest(
-            queueName=queue, requests=built))
+        built = [
+            t.PinLaterCheckpointJobRequest(jobDescriptor=r)
+            if isinstance(r, str)
+            else t.PinLaterCheckpointJobRequest(jobDescriptor=r[0], **r[1])
+            for r in requests
+        ]
+        self.client.checkpointJobs(
+            self.ctx(source), t.PinLaterCheckpointJobsRequest(queueName=queue, requests=built)
+        )
 
     def lookup(self, descriptors, include_body: bool = False) -> dict:
-        return self.client.lookupJobs(self.ctx(), t.PinLaterLookupJobRequest(
-            jobDescriptors=list(descriptors), includeBody=include_body))
+        return self.client.lookupJobs(
+            self.ctx(),
+            t.PinLaterLookupJobRequest(jobDescriptors=list(descriptors), includeBody=include_body),
+        )
 
     def job(self, descriptor: str, include_body: bool = True):
         return self.lookup([descriptor], include_body).get(descriptor)
@@ -118,17 +136,21 @@ class Api:
         return None if info is None else info.jobState
 
     def count(self, queue, state, **kwargs) -> int:
-        return self.client.getJobCount(self.ctx(), t.PinLaterGetJobCountRequest(
-            queueName=queue, jobState=state, **kwargs))
+        return self.client.getJobCount(
+            self.ctx(), t.PinLaterGetJobCountRequest(queueName=queue, jobState=state, **kwargs)
+        )
 
     def scan(self, queue, state, **kwargs) -> t.PinLaterScanJobsResponse:
-        return self.client.scanJobs(self.ctx(), t.PinLaterScanJobsRequest(
-            queueName=queue, jobState=state, **kwargs))
+        return self.client.scanJobs(
+            self.ctx(), t.PinLaterScanJobsRequest(queueName=queue, jobState=state, **kwargs)
+        )
 
     def retry_failed(self, queue, **kwargs) -> int:
-        return self.client.retryFailedJobs(self.ctx(), t.PinLaterRetryFailedJobsRequest(
-            queueName=queue, **kwargs))
+        return self.client.retryFailedJobs(
+            self.ctx(), t.PinLaterRetryFailedJobsRequest(queueName=queue, **kwargs)
+        )
 
     def delete_jobs(self, queue, state, **kwargs) -> int:
-        return self.client.deleteJobs(self.ctx(), t.PinLaterDeleteJobsRequest(
-            queueName=queue, jobState=state, **kwargs))
+        return self.client.deleteJobs(
+            self.ctx(), t.PinLaterDeleteJobsRequest(queueName=queue, jobState=state, **kwargs)
+        )

@@ -13,8 +13,7 @@ import os
 
 import pytest
 
-from pinlater.app import App
-from pinlater.app import load_config
+from pinlater.app import App, load_config
 from pinlater.common.passwords import hash_password
 from tests.conformance.api import ADMIN_PASSWORD, Api
 from tests.conformance.wire import loopback_client
@@ -47,11 +46,14 @@ def conformance_app(flavour, tmp_path_factory):
     start = getattr(importlib.import_module(module), factory)
     with contextlib.ExitStack() as stack:
         env = stack.enter_context(start(tmp_path_factory.mktemp(flavour)))
-        config = load_config(env=_no_env(), overrides={
-            "backend": env.backend_section(),
-            "admin": {"password_hash": hash_password(ADMIN_PASSWORD, iterations=1000)},
-            "janitor": {"enabled": False},
-        })
+        config = load_config(
+            env=_no_env(),
+            overrides={
+                "backend": env.backend_section(),
+                "admin": {"password_hash": hash_password(ADMIN_PASSWORD, iterations=1000)},
+                "janitor": {"enabled": False},
+            },
+        )
         app = App(config)
         stack.callback(app.close)
         yield app

@@ -56,8 +56,7 @@ def test_negative_retry_delay_means_now(api, queue):
 
 
 def test_acks_of_jobs_not_in_progress_change_nothing(api, queue):
-    running, done, failed = api.enqueue(queue, b"r", b"d", {"body": b"f",
-                                                             "numAttemptsAllowed": 1})
+    running, done, failed = api.enqueue(queue, b"r", b"d", {"body": b"f", "numAttemptsAllowed": 1})
     api.dequeue(queue, 3)
     api.ack(queue, succeeded=[done], failed=[failed])
     [fresh] = api.enqueue(queue, b"fresh")
@@ -105,9 +104,9 @@ def test_stale_claim_cannot_ack_the_next_attempt(api, queue):
 def test_ack_without_claim_matches_by_exact_source(api, queue):
     [d] = api.enqueue(queue, b"x")
     api.dequeue(queue, source="svc:host1")
-    api.ack(queue, succeeded=[d], source="svc:host")      # a prefix is not the source
-    api.ack(queue, succeeded=[d], source="%")             # no wildcards
-    api.ack(queue, succeeded=[d], source="")              # empty matches nothing
+    api.ack(queue, succeeded=[d], source="svc:host")  # a prefix is not the source
+    api.ack(queue, succeeded=[d], source="%")  # no wildcards
+    api.ack(queue, succeeded=[d], source="")  # empty matches nothing
     assert api.state(d) == 1
     api.ack(queue, succeeded=[d], source="svc:host1")
     assert api.state(d) == 2
@@ -123,8 +122,13 @@ def test_ack_with_a_descriptor_of_another_queue_is_rejected(api, queue):
 
 
 def test_malformed_descriptor_is_a_clear_error(api, queue):
-    for bad in ("nonsense", f"{queue}:s1:p1", f"{queue}:s1:p1:x", f"{queue}:s1:p1:٥",
-                f"{queue}:s1:p1:-4"):
+    for bad in (
+        "nonsense",
+        f"{queue}:s1:p1",
+        f"{queue}:s1:p1:x",
+        f"{queue}:s1:p1:٥",
+        f"{queue}:s1:p1:-4",
+    ):
         with api.raises(E.UNKNOWN, match="descriptor"):
             api.ack(queue, succeeded=[bad])
 

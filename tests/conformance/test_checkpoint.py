@@ -77,8 +77,9 @@ def test_checkpoint_of_a_pending_job_is_a_no_op(api, queue):
 def test_checkpoint_by_another_source_is_a_no_op(api, queue):
     d, _ = dequeued(api, queue)
     before = api.job(d)
-    api.checkpoint(queue, (d, {"newBody": "hijack", "moveToPending": True}),
-                   source="really_slow_worker")
+    api.checkpoint(
+        queue, (d, {"newBody": "hijack", "moveToPending": True}), source="really_slow_worker"
+    )
     api.checkpoint(queue, (d, {"newBody": "hijack"}), source=WORKER[:-1])
     assert api.job(d) == before
 

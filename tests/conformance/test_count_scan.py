@@ -53,8 +53,9 @@ def test_priority_out_of_range_in_count_is_not_supported(api, queue):
 
 def test_scan_returns_fields_newest_run_after_first(api, queue):
     now = api.now()
-    ds = api.enqueue(queue, *[{"body": b"x", "runAfterTimestampMillis": now - 1000 * i}
-                              for i in range(10)])
+    ds = api.enqueue(
+        queue, *[{"body": b"x", "runAfterTimestampMillis": now - 1000 * i} for i in range(10)]
+    )
     response = api.scan(queue, 0, priority=1)
     jobs = response.scannedJobs
     assert [j.jobDescriptor for j in jobs] == ds
@@ -65,15 +66,21 @@ def test_scan_returns_fields_newest_run_after_first(api, queue):
 
 def test_scan_future_jobs_and_regex(api, queue):
     now = api.now()
-    api.enqueue(queue, *[{"body": f"job_body_{i}".encode(),
-                          "runAfterTimestampMillis": now + 60_000 + i} for i in range(30)])
+    api.enqueue(
+        queue,
+        *[
+            {"body": f"job_body_{i}".encode(), "runAfterTimestampMillis": now + 60_000 + i}
+            for i in range(30)
+        ],
+    )
     api.enqueue(queue, b"current")
     future = api.scan(queue, 0, scanFutureJobs=True, limit=20).scannedJobs
     assert len(future) == 20
     runs = [j.runAfterTimestampMillis for j in future]
     assert runs == sorted(runs, reverse=True) and min(runs) > now
-    matched = api.scan(queue, 0, scanFutureJobs=True, bodyRegexToMatch="job_body_2.*",
-                       limit=5).scannedJobs
+    matched = api.scan(
+        queue, 0, scanFutureJobs=True, bodyRegexToMatch="job_body_2.*", limit=5
+    ).scannedJobs
     assert len(matched) == 5
     assert len(api.scan(queue, 0).scannedJobs) == 1
 
@@ -82,9 +89,17 @@ def test_scan_paginates_across_shards_and_priorities_without_gaps(api, queue):
     now = api.now()
     ds = []
     for batch in range(6):  # several requests spread jobs over shards
-        ds += api.enqueue(queue, *[{"body": b"x", "priority": 1 + (i % 3),
-                                    "runAfterTimestampMillis": now - (i % 4) * 10}
-                                   for i in range(batch * 7, batch * 7 + 7)])
+        ds += api.enqueue(
+            queue,
+            *[
+                {
+                    "body": b"x",
+                    "priority": 1 + (i % 3),
+                    "runAfterTimestampMillis": now - (i % 4) * 10,
+                }
+                for i in range(batch * 7, batch * 7 + 7)
+            ],
+        )
     seen, token, pages = [], "0", 0
     while True:
         page = api.scan(queue, 0, continuation=token, limit=5)

@@ -45,8 +45,12 @@ def test_future_jobs_are_not_dequeued_until_their_time(api, queue):
 
 
 def test_higher_priority_first_across_the_batch(api, queue):
-    p3, p2, p1 = api.enqueue(queue, {"body": b"3", "priority": 3},
-                             {"body": b"2", "priority": 2}, {"body": b"1", "priority": 1})
+    p3, p2, p1 = api.enqueue(
+        queue,
+        {"body": b"3", "priority": 3},
+        {"body": b"2", "priority": 2},
+        {"body": b"1", "priority": 1},
+    )
     assert api.dequeue_ids(queue, 1) == [p1]
     assert api.dequeue_ids(queue, 1) == [p2]
     assert api.dequeue_ids(queue, 1) == [p3]
@@ -55,9 +59,11 @@ def test_higher_priority_first_across_the_batch(api, queue):
 def test_within_a_priority_oldest_run_after_first(api, queue):
     now = api.now()
     late, early, middle = api.enqueue(
-        queue, {"body": b"l", "runAfterTimestampMillis": now - 1_000},
+        queue,
+        {"body": b"l", "runAfterTimestampMillis": now - 1_000},
         {"body": b"e", "runAfterTimestampMillis": now - 3_000},
-        {"body": b"m", "runAfterTimestampMillis": now - 2_000})
+        {"body": b"m", "runAfterTimestampMillis": now - 2_000},
+    )
     got = [api.dequeue_ids(queue, 1)[0] for _ in range(3)]
     assert got == [early, middle, late]
 

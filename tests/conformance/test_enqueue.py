@@ -29,8 +29,15 @@ def test_enqueued_job_is_pending_with_defaults(api, queue):
 
 def test_enqueue_stores_attempts_status_and_run_after(api, queue):
     run_after = api.now() + 60_000
-    [d] = api.enqueue(queue, {"body": b"x", "numAttemptsAllowed": 5, "customStatus": "hello",
-                              "runAfterTimestampMillis": run_after})
+    [d] = api.enqueue(
+        queue,
+        {
+            "body": b"x",
+            "numAttemptsAllowed": 5,
+            "customStatus": "hello",
+            "runAfterTimestampMillis": run_after,
+        },
+    )
     info = api.job(d)
     assert (info.attemptsAllowed, info.attemptsRemaining) == (5, 5)
     assert info.customStatus == "hello"
@@ -38,7 +45,7 @@ def test_enqueue_stores_attempts_status_and_run_after(api, queue):
 
 
 def test_binary_bodies_come_back_byte_identical(api, queue):
-    bodies = [bytes(range(256)), b"\xff\xfe\xfd\x00", b"", "ünïcödé".encode("utf-8")]
+    bodies = [bytes(range(256)), b"\xff\xfe\xfd\x00", b"", "ünïcödé".encode()]
     ds = api.enqueue(queue, *bodies)
     assert [api.job(d).body for d in ds] == bodies
     got = api.dequeue(queue, 10).jobs
@@ -105,5 +112,7 @@ def test_local_ids_are_never_reused_within_a_queue(api, queue):
 
 def test_missing_context_source_is_a_clear_error(api, queue):
     with api.raises(E.UNKNOWN, match="context.source"):
-        api.client.enqueueJobs(t.RequestContext(), t.PinLaterEnqueueRequest(
-            queueName=queue, jobs=[t.PinLaterJob(body=b"x")]))
+        api.client.enqueueJobs(
+            t.RequestContext(),
+            t.PinLaterEnqueueRequest(queueName=queue, jobs=[t.PinLaterJob(body=b"x")]),
+        )

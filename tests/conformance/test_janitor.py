@@ -46,8 +46,9 @@ def test_purge_removes_only_the_expired_terminal_state(api, queue):
     api.ack(queue, succeeded=ok, failed=bad)
     [waiting] = api.enqueue(queue, b"waiting")
     api.advance(2_000_000)
-    counts = api.janitor(succeeded_ttl_seconds=1000, failed_ttl_seconds=10**6,
-                         claim_timeout_seconds=10**6)
+    counts = api.janitor(
+        succeeded_ttl_seconds=1000, failed_ttl_seconds=10**6, claim_timeout_seconds=10**6
+    )
     assert counts.purged_succeeded >= 3
     assert all(api.state(d) is None for d in ok)
     assert {api.state(d) for d in bad} == {3}

@@ -21,7 +21,7 @@ def test_lookup_without_body_leaves_it_unset(api, queue):
 
 def test_missing_jobs_are_omitted(api, queue):
     [d] = api.enqueue(queue, b"x")
-    shard, = {p.split(":")[1] for p in [d]}
+    (shard,) = {p.split(":")[1] for p in [d]}
     missing = f"{queue}:{shard}:p1:999999"
     assert set(api.lookup([d, missing])) == {d}
 

@@ -45,10 +45,21 @@ def test_delete_queue_with_wrong_password_is_refused_and_keeps_queue(api, queue)
     assert queue in api.queue_names()
 
 
-@pytest.mark.parametrize("name", [
-    "", "has space", "dash-name", "colon:name", "ｑｕｅｕｅ", "queue\n", "naïve", "a.b", "*",
-    "x" * 3 + "\x00",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "has space",
+        "dash-name",
+        "colon:name",
+        "ｑｕｅｕｅ",
+        "queue\n",
+        "naïve",
+        "a.b",
+        "*",
+        "x" * 3 + "\x00",
+    ],
+)
 def test_invalid_queue_names_are_rejected(api, name):
     with api.raises(E.QUEUE_NAME_INVALID):
         api.create(name)
@@ -74,8 +85,10 @@ def test_mixed_case_queue_names_are_distinct(api):
     assert api.count(lower, 0) == 1
 
 
-@pytest.mark.parametrize("call", ["enqueue", "dequeue", "ack", "checkpoint", "lookup", "count",
-                                  "scan", "retry", "delete"])
+@pytest.mark.parametrize(
+    "call",
+    ["enqueue", "dequeue", "ack", "checkpoint", "lookup", "count", "scan", "retry", "delete"],
+)
 def test_every_call_on_an_unknown_queue_answers_queue_not_found(api, call):
     q = "never_created_queue_x9"
     d = f"{q}:s{api.store.shard_names()[0]}:p1:1"

@@ -49,8 +49,9 @@ def test_acks_racing_the_janitor_never_double_move_a_job(api, queue):
     claims = {d: m.claimDescriptor for d, m in api.dequeue(queue, 200).jobMetadata.items()}
     api.advance(61_000)
     mine = own_api(api)
-    acker = threading.Thread(target=lambda: [
-        mine.ack(queue, failed=[(d, {"claimDescriptor": claims[d]})]) for d in ds])
+    acker = threading.Thread(
+        target=lambda: [mine.ack(queue, failed=[(d, {"claimDescriptor": claims[d]})]) for d in ds]
+    )
     acker.start()
     api.janitor(claim_timeout_seconds=60, batch_size=10)
     acker.join(60)

@@ -6,8 +6,13 @@ from pinlater.idl import ErrorCode as E
 
 
 def failed_jobs(api, queue, n, priority=2):
-    ds = api.enqueue(queue, *[{"body": f"failed_{i}".encode(), "priority": priority,
-                               "numAttemptsAllowed": 1} for i in range(n)])
+    ds = api.enqueue(
+        queue,
+        *[
+            {"body": f"failed_{i}".encode(), "priority": priority, "numAttemptsAllowed": 1}
+            for i in range(n)
+        ],
+    )
     api.dequeue(queue, n)
     api.ack(queue, failed=ds)
     assert api.count(queue, 3) == n
@@ -22,8 +27,12 @@ def test_retry_touches_only_the_requested_priority(api, queue):
 def test_retry_moves_failed_jobs_back_with_new_attempts(api, queue):
     ds = failed_jobs(api, queue, 20)
     later = api.now() + 30_000
-    assert api.retry_failed(queue, priority=2, attemptsToAllow=2, limit=15,
-                            runAfterTimestampMillis=later) == 15
+    assert (
+        api.retry_failed(
+            queue, priority=2, attemptsToAllow=2, limit=15, runAfterTimestampMillis=later
+        )
+        == 15
+    )
     assert api.count(queue, 3) == 5
     assert api.count(queue, 0, countFutureJobs=True) == 15
     assert api.dequeue_ids(queue, 20) == []
@@ -56,8 +65,7 @@ def test_delete_jobs_by_state_priority_and_limit(api, queue):
 
 
 def test_delete_jobs_matching_a_body_regex(api, queue):
-    ds = api.enqueue(queue, *[{"body": f"pending_{i}".encode(), "priority": 2}
-                              for i in range(10)])
+    ds = api.enqueue(queue, *[{"body": f"pending_{i}".encode(), "priority": 2} for i in range(10)])
     assert api.delete_jobs(queue, 0, priority=2, bodyRegexToMatch=".*pending_1.*") == 1
     assert ds[1] not in api.lookup(ds)
     assert api.count(queue, 0) == 9

@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
 )
 
 from tests.conformance.api import WORKER
@@ -52,8 +57,13 @@ class QueueMachine(RuleBasedStateMachine):
 
     # ---- helpers
     def eligible(self, priority=None):
-        return [d for d, j in self.jobs.items() if j.state == PENDING and j.run_after <= self.t
-                and (priority is None or j.priority == priority)]
+        return [
+            d
+            for d, j in self.jobs.items()
+            if j.state == PENDING
+            and j.run_after <= self.t
+            and (priority is None or j.priority == priority)
+        ]
 
     def in_progress(self):
         return sorted(d for d, j in self.jobs.items() if j.state == IN_PROGRESS)
@@ -68,8 +78,12 @@ class QueueMachine(RuleBasedStateMachine):
         job.updated = self.t
 
     # ---- rules
-    @rule(n=st.integers(1, 4), attempts=st.integers(1, 3), priority=st.integers(1, 2),
-          delay_steps=st.sampled_from([0, 0, 1, 3]))
+    @rule(
+        n=st.integers(1, 4),
+        attempts=st.integers(1, 3),
+        priority=st.integers(1, 2),
+        delay_steps=st.sampled_from([0, 0, 1, 3]),
+    )
     def enqueue(self, n, attempts, priority, delay_steps):
         run_after = self.t + delay_steps * STEP_MS
         base = self.api.now()
@@ -96,8 +110,12 @@ class QueueMachine(RuleBasedStateMachine):
             job.state, job.claim, job.updated = IN_PROGRESS, meta.claimDescriptor, self.t
 
     @precondition(lambda self: self.in_progress())
-    @rule(data=st.data(), success=st.booleans(), delay_steps=st.sampled_from([0, 1]),
-          with_claim=st.booleans())
+    @rule(
+        data=st.data(),
+        success=st.booleans(),
+        delay_steps=st.sampled_from([0, 1]),
+        with_claim=st.booleans(),
+    )
     def ack(self, data, success, delay_steps, with_claim):
         d = data.draw(st.sampled_from(self.in_progress()))
         job = self.jobs[d]
@@ -143,8 +161,11 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule()
     def janitor(self):
-        self.api.janitor(claim_timeout_seconds=CLAIM_TIMEOUT_MS / 1000,
-                         succeeded_ttl_seconds=10**7, failed_ttl_seconds=10**7)
+        self.api.janitor(
+            claim_timeout_seconds=CLAIM_TIMEOUT_MS / 1000,
+            succeeded_ttl_seconds=10**7,
+            failed_ttl_seconds=10**7,
+        )
         for job in self.jobs.values():
             if job.state == IN_PROGRESS and self.t - job.updated > CLAIM_TIMEOUT_MS:
                 self.fail(job, 0)
@@ -167,14 +188,22 @@ class QueueMachine(RuleBasedStateMachine):
                 assert info.claimDescriptor.endswith(":" + WORKER)
         for state in (PENDING, IN_PROGRESS, SUCCEEDED, FAILED):
             expected = sum(1 for j in self.jobs.values() if j.state == state)
-            total = (self.api.count(self.queue, state)
-                     + self.api.count(self.queue, state, countFutureJobs=True))
+            total = self.api.count(self.queue, state) + self.api.count(
+                self.queue, state, countFutureJobs=True
+            )
             assert total == expected, (state, total, expected)
 
 
 def test_backend_agrees_with_the_model(api):
     QueueMachine.api = api
     examples = int(os.environ.get("PINLATER_HYPOTHESIS_EXAMPLES", "15"))
-    run_state_machine_as_test(QueueMachine, settings=settings(
-        max_examples=examples, stateful_step_count=30, deadline=None, derandomize=True,
-        suppress_health_check=list(HealthCheck)))
+    run_state_machine_as_test(
+        QueueMachine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=30,
+            deadline=None,
+            derandomize=True,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )

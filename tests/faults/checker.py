@@ -72,14 +72,21 @@ class Report:
         return "; ".join(parts) or "none"
 
     def ledger_fields(self) -> dict[str, Any]:
-        return {"enq_ok": self.enq_ok, "enq_fail": self.enq_fail,
-                "enq_unknown": self.enq_unknown, "recovered": self.recovered,
-                "acked": self.acked, "lost": len(self.lost),
-                "dup_deliveries": self.dup_deliveries, "max_deliveries": self.max_deliveries}
+        return {
+            "enq_ok": self.enq_ok,
+            "enq_fail": self.enq_fail,
+            "enq_unknown": self.enq_unknown,
+            "recovered": self.recovered,
+            "acked": self.acked,
+            "lost": len(self.lost),
+            "dup_deliveries": self.dup_deliveries,
+            "max_deliveries": self.max_deliveries,
+        }
 
 
-def check(records: list[dict[str, Any]], final: dict[str, JobInfo], *,
-          strict_attempts: bool = True) -> Report:
+def check(
+    records: list[dict[str, Any]], final: dict[str, JobInfo], *, strict_attempts: bool = True
+) -> Report:
     """Evaluate every invariant; the Report lists each violation found."""
     report = Report()
     enq = _enqueue_outcomes(records, report)
@@ -96,8 +103,10 @@ def check(records: list[dict[str, Any]], final: dict[str, JobInfo], *,
     _check_attempts(deliveries, final, strict_attempts, report)
     _count_deliveries(deliveries, desc_job, enq, report)
     report.stored_copies_extra = sum(
-        len([d for d in descs if d in final]) - 1 for descs in copies.values()
-        if len([d for d in descs if d in final]) > 1)
+        len([d for d in descs if d in final]) - 1
+        for descs in copies.values()
+        if len([d for d in descs if d in final]) > 1
+    )
     return report
 
 
@@ -112,7 +121,10 @@ def _enqueue_outcomes(records, report: Report) -> dict[str, str]:
     counts = collections.Counter(best.values())
     report.attempted = len(best)
     report.enq_ok, report.enq_fail, report.enq_unknown = (
-        counts["ok"], counts["fail"], counts["unknown"])
+        counts["ok"],
+        counts["fail"],
+        counts["unknown"],
+    )
     return best
 
 
@@ -143,8 +155,12 @@ def _check_loss(enq, copies, final, records, report: Report) -> None:
             report.missing_descriptors.append(r["descriptor"])
     for job, outcome in enq.items():
         infos = [final[d] for d in copies.get(job, ()) if d in final]
-        done = [i for i in infos if i.state == JobState.SUCCEEDED
-                or (i.state == JobState.FAILED and i.attempts_remaining == 0)]
+        done = [
+            i
+            for i in infos
+            if i.state == JobState.SUCCEEDED
+            or (i.state == JobState.FAILED and i.attempts_remaining == 0)
+        ]
         if any(i.state == JobState.SUCCEEDED for i in infos):
             report.acked += 1
         elif done:
@@ -178,7 +194,8 @@ def _check_terminal(records, deliveries, final, report: Report) -> None:
             continue  # its worker died after sending the ack, before recording the outcome
         if not effective:
             report.violations.append(
-                f"{descriptor} SUCCEEDED under claim {info.claim} that no ack sent")
+                f"{descriptor} SUCCEEDED under claim {info.claim} that no ack sent"
+            )
             continue
         if all(r["outcome"] == "fail" for r in effective):
             report.fail_but_applied.append(descriptor)
@@ -187,7 +204,8 @@ def _check_terminal(records, deliveries, final, report: Report) -> None:
             if claim != info.claim and delivery["invoke"] > acked_at:
                 report.violations.append(
                     f"{descriptor} delivered again (claim {claim}) by a dequeue that began "
-                    f"after its success ack completed")
+                    f"after its success ack completed"
+                )
     for (descriptor, claim), sent in acks.items():
         info = final.get(descriptor)
         if info is not None and claim != info.claim:
@@ -199,8 +217,10 @@ def _check_attempts(deliveries, final, strict: bool, report: Report) -> None:
         used = info.attempts_allowed - info.attempts_remaining
         seen = len(deliveries.get(descriptor, {}))
         if not 0 <= info.attempts_remaining <= info.attempts_allowed:
-            report.violations.append(f"{descriptor} attempts_remaining "
-                                     f"{info.attempts_remaining} of {info.attempts_allowed}")
+            report.violations.append(
+                f"{descriptor} attempts_remaining "
+                f"{info.attempts_remaining} of {info.attempts_allowed}"
+            )
             continue
         if info.state == JobState.SUCCEEDED:
             ok = used == seen - 1 if strict else used >= seen - 1
@@ -210,8 +230,10 @@ def _check_attempts(deliveries, final, strict: bool, report: Report) -> None:
         else:
             continue
         if not ok:
-            report.violations.append(f"{descriptor} {info.state.name}: {used} attempts used "
-                                     f"for {seen} observed deliveries")
+            report.violations.append(
+                f"{descriptor} {info.state.name}: {used} attempts used "
+                f"for {seen} observed deliveries"
+            )
 
 
 def _count_deliveries(deliveries, desc_job, enq, report: Report) -> None:

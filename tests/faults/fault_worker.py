@@ -51,8 +51,9 @@ def wait_for(path: str, deadline: float) -> None:
 
 def run(args: argparse.Namespace) -> int:
     history = History(args.history, process=args.source)
-    client = PinLaterClient(args.server, source=args.source, connect_timeout=0.5, timeout=3.0,
-                            retries=1, backoff=0.05)
+    client = PinLaterClient(
+        args.server, source=args.source, connect_timeout=0.5, timeout=3.0, retries=1, backoff=0.05
+    )
     deadline = time.monotonic() + args.max_seconds
     while time.monotonic() < deadline:
         if args.stop_file and os.path.exists(args.stop_file):
@@ -65,18 +66,36 @@ def run(args: argparse.Namespace) -> int:
             time.sleep(0.1)
             continue
         for job in jobs:
-            history.add({"op": "deliver", "process": args.source, "invoke": record["invoke"],
-                         "complete": time.time(), "outcome": "ok", "job": job_id(job.body),
-                         "descriptor": job.descriptor, "claim": job.claim,
-                         "attempts_remaining": job.attempts_remaining})
+            history.add(
+                {
+                    "op": "deliver",
+                    "process": args.source,
+                    "invoke": record["invoke"],
+                    "complete": time.time(),
+                    "outcome": "ok",
+                    "job": job_id(job.body),
+                    "descriptor": job.descriptor,
+                    "claim": job.claim,
+                    "attempts_remaining": job.attempts_remaining,
+                }
+            )
         if not jobs:
             time.sleep(0.05)
             continue
         time.sleep(args.work_seconds)
         for job in jobs:
-            history.add({"op": "worked", "process": args.source, "invoke": time.time(),
-                         "complete": time.time(), "outcome": "ok", "job": job_id(job.body),
-                         "descriptor": job.descriptor, "claim": job.claim})
+            history.add(
+                {
+                    "op": "worked",
+                    "process": args.source,
+                    "invoke": time.time(),
+                    "complete": time.time(),
+                    "outcome": "ok",
+                    "job": job_id(job.body),
+                    "descriptor": job.descriptor,
+                    "claim": job.claim,
+                }
+            )
         if args.gate:
             wait_for(args.gate, deadline)
         ack(client, history, args, jobs)
@@ -86,13 +105,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def ack(client: PinLaterClient, history: History, args, jobs) -> None:
-    records = [history.invoke("ack", job=job_id(j.body), descriptor=j.descriptor, claim=j.claim,
-                              result="success") for j in jobs]
+    records = [
+        history.invoke(
+            "ack", job=job_id(j.body), descriptor=j.descriptor, claim=j.claim, result="success"
+        )
+        for j in jobs
+    ]
     for j in jobs:  # written before sending: a kill -9 may land before the outcome is recorded
         now = time.time()
-        history.add({"op": "ack_sending", "process": args.source, "invoke": now, "complete": now,
-                     "outcome": "unknown",
-                     "job": job_id(j.body), "descriptor": j.descriptor, "claim": j.claim})
+        history.add(
+            {
+                "op": "ack_sending",
+                "process": args.source,
+                "invoke": now,
+                "complete": now,
+                "outcome": "unknown",
+                "job": job_id(j.body),
+                "descriptor": j.descriptor,
+                "claim": j.claim,
+            }
+        )
     try:
         client.ack(args.queue, succeeded=jobs)
         outcome, error = "ok", None

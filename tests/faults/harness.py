@@ -66,16 +66,28 @@ def proc_status(pid: int) -> tuple[int, int]:
 class Rig:
     """Owns everything one scenario starts; `close()` stops it all by PID."""
 
-    def __init__(self, scenario: str, kind: str, tmp_path: Path, *, instances: int = 2,
-                 durable: bool = True, proxied: bool = False,
-                 janitor: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        scenario: str,
+        kind: str,
+        tmp_path: Path,
+        *,
+        instances: int = 2,
+        durable: bool = True,
+        proxied: bool = False,
+        janitor: dict[str, Any] | None = None,
+    ):
         self.scenario, self.kind, self.tmp = scenario, kind, Path(tmp_path)
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.started = time.monotonic()
-        self.storage = Storage(kind, self.tmp, instances=instances, durable=durable,
-                               proxied=proxied)
-        self.janitor = {"interval_seconds": JANITOR_INTERVAL,
-                        "claim_timeout_seconds": CLAIM_TIMEOUT, **(janitor or {})}
+        self.storage = Storage(
+            kind, self.tmp, instances=instances, durable=durable, proxied=proxied
+        )
+        self.janitor = {
+            "interval_seconds": JANITOR_INTERVAL,
+            "claim_timeout_seconds": CLAIM_TIMEOUT,
+            **(janitor or {}),
+        }
         self.queue = f"f_{re.sub('[^a-z0-9]', '_', scenario.lower())}_{uuid.uuid4().hex[:8]}"
         self.history = History(self.tmp / "test-history.jsonl", process="test")
         self.servers: list[ServerProcess] = []
@@ -108,14 +120,19 @@ class Rig:
     # ---- servers ----
 
     def server_config(self, **extra: Any) -> dict[str, Any]:
-        return {"backend": self.storage.backend_section(), "janitor": dict(self.janitor),
-                "sharding": {"probe_interval_seconds": 0.3, "retries": 1},
-                "server": {"shutdown_grace_seconds": 3.0}, **extra}
+        return {
+            "backend": self.storage.backend_section(),
+            "janitor": dict(self.janitor),
+            "sharding": {"probe_interval_seconds": 0.3, "retries": 1},
+            "server": {"shutdown_grace_seconds": 3.0},
+            **extra,
+        }
 
     def start_server(self, env: dict[str, str] | None = None, **extra: Any) -> ServerProcess:
         """A server on this rig's storage; `env` is added to its environment (e.g. faketime)."""
-        server = ServerProcess(self.server_config(**extra), self.tmp, env=env,
-                               name=f"server{len(self.servers) + 1}")
+        server = ServerProcess(
+            self.server_config(**extra), self.tmp, env=env, name=f"server{len(self.servers) + 1}"
+        )
         self.servers.append(server)
         return server.start()
 
@@ -130,10 +147,10 @@ class Rig:
         server.requested_port = port
         return server.start()
 
-    def client(self, source: str, servers: list[str] | None = None,
-               **kwargs: Any) -> PinLaterClient:
-        options = {"connect_timeout": 0.5, "timeout": 3.0, "retries": 1, "backoff": 0.05,
-                   **kwargs}
+    def client(
+        self, source: str, servers: list[str] | None = None, **kwargs: Any
+    ) -> PinLaterClient:
+        options = {"connect_timeout": 0.5, "timeout": 3.0, "retries": 1, "backoff": 0.05, **kwargs}
         client = PinLaterClient(servers or self.addresses(), source=source, **options)
         self._clients.append(client)
         return client
@@ -159,8 +176,9 @@ class Rig:
     # ---- producers ----
 
     @contextlib.contextmanager
-    def producers(self, n: int = 2, *, batch: int = 5, pause: float = 0.0,
-                  servers: list[str] | None = None):
+    def producers(
+        self, n: int = 2, *, batch: int = 5, pause: float = 0.0, servers: list[str] | None = None
+    ):
         """n threads enqueueing uniquely numbered jobs until the block ends (max 60 s)."""
         stop = threading.Event()
         producers = [Producer(self, f"p{i + 1}", stop, batch, pause, servers) for i in range(n)]
@@ -175,8 +193,9 @@ class Rig:
                 assert not producer.thread.is_alive(), "a producer did not stop"
 
     def ok_enqueues(self) -> int:
-        return sum(1 for r in self.history.records()
-                   if r["op"] == "enqueue" and r["outcome"] == "ok")
+        return sum(
+            1 for r in self.history.records() if r["op"] == "enqueue" and r["outcome"] == "ok"
+        )
 
     def wait_for(self, predicate, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -231,12 +250,25 @@ class Rig:
 
     def _deliver_and_ack(self, client: PinLaterClient, record: dict, jobs) -> None:
         for job in jobs:
-            self.history.add({"op": "deliver", "process": "drain", "invoke": record["invoke"],
-                              "complete": time.time(), "outcome": "ok",
-                              "job": job_id(job.body), "descriptor": job.descriptor,
-                              "claim": job.claim, "attempts_remaining": job.attempts_remaining})
-        acks = [self.history.invoke("ack", job=job_id(j.body), descriptor=j.descriptor,
-                                    claim=j.claim, result="success") for j in jobs]
+            self.history.add(
+                {
+                    "op": "deliver",
+                    "process": "drain",
+                    "invoke": record["invoke"],
+                    "complete": time.time(),
+                    "outcome": "ok",
+                    "job": job_id(job.body),
+                    "descriptor": job.descriptor,
+                    "claim": job.claim,
+                    "attempts_remaining": job.attempts_remaining,
+                }
+            )
+        acks = [
+            self.history.invoke(
+                "ack", job=job_id(j.body), descriptor=j.descriptor, claim=j.claim, result="success"
+            )
+            for j in jobs
+        ]
         try:
             client.ack(self.queue, succeeded=jobs)
             outcome = "ok"
@@ -250,9 +282,11 @@ class Rig:
         first: a job the janitor reclaims in between (IN_PROGRESS -> PENDING) is then counted
         twice rather than not at all (the other order let a drain end with jobs left)."""
         try:
-            return sum(client.count(self.queue, state, future=future)
-                       for state in (JobState.IN_PROGRESS, JobState.PENDING)
-                       for future in (False, True))
+            return sum(
+                client.count(self.queue, state, future=future)
+                for state in (JobState.IN_PROGRESS, JobState.PENDING)
+                for future in (False, True)
+            )
         except PinLaterError:
             return -1
 
@@ -262,26 +296,29 @@ class Rig:
         descriptors = {r["descriptor"] for r in self.all_records() if r.get("descriptor")}
         for state in JobState:
             for future in (False, True):
-                for info in client.scan(self.queue, state, future=future, limit=1000,
-                                        max_jobs=100_000):
+                for info in client.scan(
+                    self.queue, state, future=future, limit=1000, max_jobs=100_000
+                ):
                     descriptors.add(info.descriptor)
         found: dict[str, JobInfo] = {}
         ordered = sorted(descriptors)
         for i in range(0, len(ordered), 500):
-            found.update(client.lookup(ordered[i:i + 500], include_body=True))
+            found.update(client.lookup(ordered[i : i + 500], include_body=True))
         return found
 
     def all_records(self) -> list[dict[str, Any]]:
         return self.history.records() + self.worker_records()
 
-    def check(self, *, strict_attempts: bool = True,
-              drain_timeout: float = DRAIN_SECONDS) -> checker.Report:
+    def check(
+        self, *, strict_attempts: bool = True, drain_timeout: float = DRAIN_SECONDS
+    ) -> checker.Report:
         """Stop the workers, drain, look at the final state and run the checker."""
         for worker in self.workers:
             worker.stop()
         drained = self.drain(drain_timeout)
-        report = checker.check(self.all_records(), self.final_state(),
-                               strict_attempts=strict_attempts)
+        report = checker.check(
+            self.all_records(), self.final_state(), strict_attempts=strict_attempts
+        )
         if not drained:
             report.violations.append(f"the queue did not drain within {drain_timeout}s")
         return report
@@ -297,8 +334,9 @@ class Rig:
                 warm.dequeue(self.queue, 1, dry_run=True)
         time.sleep(JANITOR_INTERVAL * 2)
         rss, threads = proc_status(server.pid)
-        self.resources.update(base_rss=rss, base_threads=threads, peak_threads=threads,
-                              peak_rss=rss)
+        self.resources.update(
+            base_rss=rss, base_threads=threads, peak_threads=threads, peak_rss=rss
+        )
 
     @contextlib.contextmanager
     def watch_resources(self, server: ServerProcess):
@@ -309,8 +347,7 @@ class Rig:
             while not stop.wait(0.05):
                 with contextlib.suppress(OSError, KeyError):
                     rss, threads = proc_status(server.pid)
-                    self.resources["peak_threads"] = max(self.resources["peak_threads"],
-                                                         threads)
+                    self.resources["peak_threads"] = max(self.resources["peak_threads"], threads)
                     self.resources["peak_rss"] = max(self.resources["peak_rss"], rss)
 
         thread = threading.Thread(target=sample, daemon=True)
@@ -362,9 +399,13 @@ class Rig:
         old_client.ack(self.queue, failed=[AckInfo(j.descriptor, claim=j.claim) for j in old])
         infos = new_client.lookup(list(mine))
         fresh = {j.descriptor: j for j in again}
-        unchanged = [d for d, info in infos.items()
-                     if info.state == JobState.IN_PROGRESS and info.claim == fresh[d].claim
-                     and info.attempts_remaining == fresh[d].attempts_remaining]
+        unchanged = [
+            d
+            for d, info in infos.items()
+            if info.state == JobState.IN_PROGRESS
+            and info.claim == fresh[d].claim
+            and info.attempts_remaining == fresh[d].attempts_remaining
+        ]
         assert len(unchanged) == len(old), f"a stale ack changed a job: {infos}"
         self._ack_recorded(new_client, again)
         self.stale_acks_rejected += 2 * len(old)
@@ -372,39 +413,63 @@ class Rig:
 
     def _record_deliveries(self, record: dict, jobs, process: str) -> None:
         for job in jobs:
-            self.history.add({"op": "deliver", "process": process, "invoke": record["invoke"],
-                              "complete": time.time(), "outcome": "ok",
-                              "job": job_id(job.body), "descriptor": job.descriptor,
-                              "claim": job.claim})
+            self.history.add(
+                {
+                    "op": "deliver",
+                    "process": process,
+                    "invoke": record["invoke"],
+                    "complete": time.time(),
+                    "outcome": "ok",
+                    "job": job_id(job.body),
+                    "descriptor": job.descriptor,
+                    "claim": job.claim,
+                }
+            )
 
     def _ack_recorded(self, client: PinLaterClient, jobs) -> None:
-        acks = [self.history.invoke("ack", job=job_id(j.body), descriptor=j.descriptor,
-                                    claim=j.claim, result="success") for j in jobs]
+        acks = [
+            self.history.invoke(
+                "ack", job=job_id(j.body), descriptor=j.descriptor, claim=j.claim, result="success"
+            )
+            for j in jobs
+        ]
         client.ack(self.queue, succeeded=jobs)
         for ack in acks:
             self.history.complete(ack, "ok")
 
     # ---- the ledger ----
 
-    def finish(self, report: checker.Report, *, expect_loss: bool = False,
-               note: str = "") -> dict[str, Any]:
+    def finish(
+        self, report: checker.Report, *, expect_loss: bool = False, note: str = ""
+    ) -> dict[str, Any]:
         """Write the ledger line, then assert the invariants (or, for a negative control, that
         the checker did see loss)."""
         faults = {**self.faults, **self.storage.faults()}
         res = self.resources
-        line = {"scenario": self.scenario, "backend": self.kind, **report.ledger_fields(),
-                "stale_acks_rejected": self.stale_acks_rejected + report.stale_acks,
-                "faults": faults, "seconds": round(time.monotonic() - self.started, 1),
-                "threads": (f"{res['base_threads']}/{res['peak_threads']}/"
-                            f"{res.get('end_threads', '?')}" if res else "-"),
-                "rss_mb": (f"{res['base_rss'] // 1024}/"
-                           f"{res['end_rss'] // 1024 if 'end_rss' in res else '?'}"
-                           if res else "-"),
-                "delivery_histogram": report.delivery_histogram,
-                "extra_stored_copies": report.stored_copies_extra,
-                "misreported_acks": len(report.fail_but_applied),
-                "verdict": _verdict(report, expect_loss), "problems": report.problems(),
-                "note": note}
+        line = {
+            "scenario": self.scenario,
+            "backend": self.kind,
+            **report.ledger_fields(),
+            "stale_acks_rejected": self.stale_acks_rejected + report.stale_acks,
+            "faults": faults,
+            "seconds": round(time.monotonic() - self.started, 1),
+            "threads": (
+                f"{res['base_threads']}/{res['peak_threads']}/{res.get('end_threads', '?')}"
+                if res
+                else "-"
+            ),
+            "rss_mb": (
+                f"{res['base_rss'] // 1024}/{res['end_rss'] // 1024 if 'end_rss' in res else '?'}"
+                if res
+                else "-"
+            ),
+            "delivery_histogram": report.delivery_histogram,
+            "extra_stored_copies": report.stored_copies_extra,
+            "misreported_acks": len(report.fail_but_applied),
+            "verdict": _verdict(report, expect_loss),
+            "problems": report.problems(),
+            "note": note,
+        }
         write_ledger(line)
         if expect_loss:
             assert report.lost, "negative control: the checker saw no loss, so it proves nothing"
@@ -424,8 +489,15 @@ def _verdict(report: checker.Report, expect_loss: bool) -> str:
 class Producer:
     """One enqueueing thread: batches of uniquely numbered jobs, every outcome recorded."""
 
-    def __init__(self, rig: Rig, name: str, stop: threading.Event, batch: int, pause: float,
-                 servers: list[str] | None):
+    def __init__(
+        self,
+        rig: Rig,
+        name: str,
+        stop: threading.Event,
+        batch: int,
+        pause: float,
+        servers: list[str] | None,
+    ):
         self.rig, self.name, self.stop = rig, name, stop
         self.batch, self.pause = batch, pause
         self.client = rig.client(name, servers)
@@ -442,7 +514,8 @@ class Producer:
             started = time.monotonic()
             try:
                 descriptors = self.client.enqueue(
-                    self.rig.queue, [Job(b, attempts=ATTEMPTS) for b in bodies])
+                    self.rig.queue, [Job(b, attempts=ATTEMPTS) for b in bodies]
+                )
             except PinLaterError as exc:
                 self.latencies.append(time.monotonic() - started)
                 for record in records:
@@ -471,18 +544,34 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         servers = self.options.pop("servers", None) or self.rig.addresses()
         servers = [servers] if isinstance(servers, str) else servers
-        cmd = [sys.executable, "-m", "tests.faults.fault_worker", "--queue", self.rig.queue,
-               "--source", self.source, "--history", str(self.history_path),
-               "--stop-file", str(self.stop_file)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tests.faults.fault_worker",
+            "--queue",
+            self.rig.queue,
+            "--source",
+            self.source,
+            "--history",
+            str(self.history_path),
+            "--stop-file",
+            str(self.stop_file),
+        ]
         for server in servers:
             cmd += ["--server", server]
         for key, value in self.options.items():
             cmd += [f"--{key.replace('_', '-')}", str(value)]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         self.log = open(self.rig.tmp / f"worker-{self.source}.log", "ab")
-        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=self.log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         return self
 
     @property

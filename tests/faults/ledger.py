@@ -98,11 +98,25 @@ def load(path: Path | str) -> list[dict[str, Any]]:
 
 # ---- the ledger ----
 
-COLUMNS = [("scenario", 4), ("backend", 7), ("enq_ok", 6), ("enq_fail", 8), ("enq_unknown", 11),
-           ("recovered", 9), ("acked", 5), ("lost", 4), ("dup_deliveries", 14),
-           ("max_deliveries", 14), ("stale_acks_rejected", 19), ("misreported_acks", 16),
-           ("faults", 30),
-           ("threads", 9), ("rss_mb", 9), ("seconds", 7), ("verdict", 7)]
+COLUMNS = [
+    ("scenario", 4),
+    ("backend", 7),
+    ("enq_ok", 6),
+    ("enq_fail", 8),
+    ("enq_unknown", 11),
+    ("recovered", 9),
+    ("acked", 5),
+    ("lost", 4),
+    ("dup_deliveries", 14),
+    ("max_deliveries", 14),
+    ("stale_acks_rejected", 19),
+    ("misreported_acks", 16),
+    ("faults", 30),
+    ("threads", 9),
+    ("rss_mb", 9),
+    ("seconds", 7),
+    ("verdict", 7),
+]
 
 
 def report(line: dict[str, Any]) -> None:
@@ -116,6 +130,7 @@ def report(line: dict[str, Any]) -> None:
 
 def format_table(lines: list[dict[str, Any]]) -> str:
     """The ledger lines as a fixed-width text table (one row per scenario run)."""
+
     def cell(line: dict[str, Any], key: str) -> str:
         value = line.get(key, "")
         if isinstance(value, dict):
@@ -124,8 +139,10 @@ def format_table(lines: list[dict[str, Any]]) -> str:
             return f"{value:.1f}"
         return str(value)
 
-    widths = {key: max([width, len(key)] + [len(cell(line, key)) for line in lines])
-              for key, width in COLUMNS}
+    widths = {
+        key: max([width, len(key)] + [len(cell(line, key)) for line in lines])
+        for key, width in COLUMNS
+    }
     rows = [" ".join(key.ljust(widths[key]) for key, _ in COLUMNS)]
     rows.append(" ".join("-" * widths[key] for key, _ in COLUMNS))
     for line in lines:

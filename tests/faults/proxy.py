@@ -71,10 +71,16 @@ class _Link:
         self.lock = threading.Lock()
 
     def start(self) -> None:
-        for direction, src, dst in (("up", self.client, self.upstream),
-                                    ("down", self.upstream, self.client)):
-            threading.Thread(target=self._pump, args=(direction, src, dst), daemon=True,
-                             name=f"proxy-{self.proxy.name}-{direction}").start()
+        for direction, src, dst in (
+            ("up", self.client, self.upstream),
+            ("down", self.upstream, self.client),
+        ):
+            threading.Thread(
+                target=self._pump,
+                args=(direction, src, dst),
+                daemon=True,
+                name=f"proxy-{self.proxy.name}-{direction}",
+            ).start()
 
     def reset(self) -> None:
         with self.lock:
@@ -142,8 +148,8 @@ class _Link:
         for i in range(0, len(data), step):
             if self.closed:
                 return
-            dst.sendall(data[i:i + step])
-            time.sleep(len(data[i:i + step]) / bytes_per_second)
+            dst.sendall(data[i : i + step])
+            time.sleep(len(data[i : i + step]) / bytes_per_second)
 
 
 class FaultProxy:
@@ -161,8 +167,9 @@ class FaultProxy:
         self._listener = socket.create_server(("127.0.0.1", 0), backlog=128)
         self.port = self._listener.getsockname()[1]
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._accept_loop, daemon=True,
-                                        name=f"proxy-{name}-accept")
+        self._thread = threading.Thread(
+            target=self._accept_loop, daemon=True, name=f"proxy-{name}-accept"
+        )
 
     def start(self) -> FaultProxy:
         self._thread.start()
@@ -254,7 +261,7 @@ class FaultProxy:
         while not self._stopped.is_set():
             try:
                 client, _ = self._listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

@@ -33,8 +33,15 @@ _mysql_template: dict[str, Path] = {}
 class Storage:
     """Storage processes (none for sqlite), their proxies, and the server's backend section."""
 
-    def __init__(self, kind: str, tmp_dir: Path, *, instances: int = 2, durable: bool = True,
-                 proxied: bool = False):
+    def __init__(
+        self,
+        kind: str,
+        tmp_dir: Path,
+        *,
+        instances: int = 2,
+        durable: bool = True,
+        proxied: bool = False,
+    ):
         if kind not in KINDS:
             raise ValueError(kind)
         self.kind, self.tmp_dir = kind, Path(tmp_dir)
@@ -52,8 +59,9 @@ class Storage:
                 server = self._start_instance(i)
                 self.servers.append(server)
                 if self.proxied:
-                    self.proxies.append(FaultProxy(("127.0.0.1", server.port),
-                                                   name=f"{self.kind}{i}").start())
+                    self.proxies.append(
+                        FaultProxy(("127.0.0.1", server.port), name=f"{self.kind}{i}").start()
+                    )
         except BaseException:
             self.close()
             raise
@@ -67,8 +75,7 @@ class Storage:
         else:
             mysql_env.require_mariadb()
             shutil.copytree(mysql_template(), base / "data")
-            server = mysql_env.MariaDBServer(
-                base, flush_log_at_trx_commit=1 if self.durable else 0)
+            server = mysql_env.MariaDBServer(base, flush_log_at_trx_commit=1 if self.durable else 0)
         for attempt in range(3):  # a probed free port can be taken before the bind
             try:
                 return server.start()
@@ -86,17 +93,33 @@ class Storage:
         if self.kind == "sqlite":
             data_dir = self.tmp_dir / "sqlite-data"
             data_dir.mkdir(parents=True, exist_ok=True)
-            return {"kind": "sqlite", "data_dir": str(data_dir),
-                    "shards": [{"name": "1"}, {"name": "2"}]}
+            return {
+                "kind": "sqlite",
+                "data_dir": str(data_dir),
+                "shards": [{"name": "1"}, {"name": "2"}],
+            }
         if self.kind == "redis":
-            shards = [{**server.shard(f"r{i + 1}"), "port": self.port(i),
-                       "socket_timeout_seconds": 1.0, "socket_connect_timeout_seconds": 0.5}
-                      for i, server in enumerate(self.servers)]
+            shards = [
+                {
+                    **server.shard(f"r{i + 1}"),
+                    "port": self.port(i),
+                    "socket_timeout_seconds": 1.0,
+                    "socket_connect_timeout_seconds": 0.5,
+                }
+                for i, server in enumerate(self.servers)
+            ]
             return {"kind": "redis", "shards": shards}
-        shards = [server.shard(f"m{i + 1}", port=self.port(i), connect_timeout_seconds=0.5,
-                               read_timeout_seconds=2.0, write_timeout_seconds=2.0,
-                               **({"databases_per_queue": 2} if len(self.servers) == 1 else {}))
-                  for i, server in enumerate(self.servers)]
+        shards = [
+            server.shard(
+                f"m{i + 1}",
+                port=self.port(i),
+                connect_timeout_seconds=0.5,
+                read_timeout_seconds=2.0,
+                write_timeout_seconds=2.0,
+                **({"databases_per_queue": 2} if len(self.servers) == 1 else {}),
+            )
+            for i, server in enumerate(self.servers)
+        ]
         return {"kind": "mysql", "shards": shards}
 
     def kill(self, i: int) -> None:

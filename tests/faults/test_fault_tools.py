@@ -23,14 +23,14 @@ def echo():
 
     def serve(conn):
         with conn:
-            while (data := _recv(conn)):
+            while data := _recv(conn):
                 conn.sendall(data)
 
     def accept():
         while not stop.is_set():
             try:
                 conn, _ = listener.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
@@ -116,21 +116,39 @@ def test_proxy_reset_all_sends_rst(echo):
 
 # ---- checker ----
 
+
 def _rec(op, job, descriptor=None, claim=None, outcome="ok", t=0.0):
-    return {"op": op, "job": job, "descriptor": descriptor, "claim": claim, "outcome": outcome,
-            "invoke": t, "complete": t + 0.01, "process": "t"}
+    return {
+        "op": op,
+        "job": job,
+        "descriptor": descriptor,
+        "claim": claim,
+        "outcome": outcome,
+        "invoke": t,
+        "complete": t + 0.01,
+        "process": "t",
+    }
 
 
 def _info(descriptor, state, job, claim=None, remaining=5, allowed=5):
-    return JobInfo(descriptor=descriptor, state=state, attempts_allowed=allowed,
-                   attempts_remaining=remaining, custom_status="", created_at_ms=0,
-                   claim=claim, body=job.encode())
+    return JobInfo(
+        descriptor=descriptor,
+        state=state,
+        attempts_allowed=allowed,
+        attempts_remaining=remaining,
+        custom_status="",
+        created_at_ms=0,
+        claim=claim,
+        body=job.encode(),
+    )
 
 
 def test_checker_accepts_a_clean_history():
-    records = [_rec("enqueue", "job:a:1", "q:s1:p1:1"),
-               _rec("deliver", "job:a:1", "q:s1:p1:1", "c1", t=1),
-               _rec("ack", "job:a:1", "q:s1:p1:1", "c1", t=2)]
+    records = [
+        _rec("enqueue", "job:a:1", "q:s1:p1:1"),
+        _rec("deliver", "job:a:1", "q:s1:p1:1", "c1", t=1),
+        _rec("ack", "job:a:1", "q:s1:p1:1", "c1", t=2),
+    ]
     final = {"q:s1:p1:1": _info("q:s1:p1:1", JobState.SUCCEEDED, "job:a:1", "c1")}
     report = checker.check(records, final)
     assert report.valid, report.problems()
@@ -139,8 +157,10 @@ def test_checker_accepts_a_clean_history():
 
 def test_checker_reports_a_lost_job_a_phantom_and_an_undrained_job():
     records = [_rec("enqueue", "job:a:1", "q:s1:p1:1"), _rec("enqueue", "job:a:2", "q:s1:p1:2")]
-    final = {"q:s1:p1:2": _info("q:s1:p1:2", JobState.PENDING, "job:a:2"),
-             "q:s1:p1:9": _info("q:s1:p1:9", JobState.PENDING, "job:zz:9")}
+    final = {
+        "q:s1:p1:2": _info("q:s1:p1:2", JobState.PENDING, "job:a:2"),
+        "q:s1:p1:9": _info("q:s1:p1:9", JobState.PENDING, "job:zz:9"),
+    }
     report = checker.check(records, final)
     assert report.lost == ["job:a:1", "job:a:2"]
     assert report.missing_descriptors == ["q:s1:p1:1"]
@@ -149,10 +169,12 @@ def test_checker_reports_a_lost_job_a_phantom_and_an_undrained_job():
 
 
 def test_checker_reports_an_unfenced_ack_and_a_double_charged_attempt():
-    records = [_rec("enqueue", "job:a:1", "q:s1:p1:1"),
-               _rec("deliver", "job:a:1", "q:s1:p1:1", "old", t=1),
-               _rec("deliver", "job:a:1", "q:s1:p1:1", "new", t=3),
-               _rec("ack", "job:a:1", "q:s1:p1:1", "old", t=4)]
+    records = [
+        _rec("enqueue", "job:a:1", "q:s1:p1:1"),
+        _rec("deliver", "job:a:1", "q:s1:p1:1", "old", t=1),
+        _rec("deliver", "job:a:1", "q:s1:p1:1", "new", t=3),
+        _rec("ack", "job:a:1", "q:s1:p1:1", "old", t=4),
+    ]
     # finished under the new claim, which nobody acked, and two attempts charged for one expiry
     final = {"q:s1:p1:1": _info("q:s1:p1:1", JobState.SUCCEEDED, "job:a:1", "new", remaining=3)}
     report = checker.check(records, final)
@@ -161,10 +183,12 @@ def test_checker_reports_an_unfenced_ack_and_a_double_charged_attempt():
 
 
 def test_checker_reports_a_redelivery_after_the_effective_ack():
-    records = [_rec("enqueue", "job:a:1", "q:s1:p1:1"),
-               _rec("deliver", "job:a:1", "q:s1:p1:1", "c1", t=1),
-               _rec("ack", "job:a:1", "q:s1:p1:1", "c1", t=2),
-               _rec("deliver", "job:a:1", "q:s1:p1:1", "c2", t=5)]
+    records = [
+        _rec("enqueue", "job:a:1", "q:s1:p1:1"),
+        _rec("deliver", "job:a:1", "q:s1:p1:1", "c1", t=1),
+        _rec("ack", "job:a:1", "q:s1:p1:1", "c1", t=2),
+        _rec("deliver", "job:a:1", "q:s1:p1:1", "c2", t=5),
+    ]
     final = {"q:s1:p1:1": _info("q:s1:p1:1", JobState.SUCCEEDED, "job:a:1", "c1", remaining=4)}
     report = checker.check(records, final)
     assert any("began after its success ack" in v for v in report.violations)

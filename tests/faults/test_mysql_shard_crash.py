@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from backends.mysql import MySQLBackend
-from pinlater.storage.contract import StorageLimits
 from pinlater.errors import PinLaterError
+from pinlater.storage.contract import StorageLimits
 from pinlater.storage.descriptors import JobDescriptor
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.sharded import ShardedBackend
@@ -43,8 +43,13 @@ class History:
     dequeued_during_outage: set[str] = field(default_factory=set)
 
 
-def stream(store: ShardedBackend, history: History, killed: threading.Event,
-           ready: threading.Event, stop: threading.Event) -> None:
+def stream(
+    store: ShardedBackend,
+    history: History,
+    killed: threading.Event,
+    ready: threading.Event,
+    stop: threading.Event,
+) -> None:
     deadline = time.monotonic() + DEADLINE_SECONDS
     serial = 0
     while not stop.is_set() and time.monotonic() < deadline:
@@ -55,11 +60,14 @@ def stream(store: ShardedBackend, history: History, killed: threading.Event,
             descriptors = store.enqueue(QUEUE, [NewJob(body=b) for b in bodies])
             history.enqueued.update(zip(descriptors, bodies))
             got = store.dequeue(QUEUE, BATCH // 2, SOURCE)
-            acks = [(d.shard, Ack(d.priority, d.local_id, ClaimMatch(SOURCE, job.claim)))
-                    for d, job in got]
+            acks = [
+                (d.shard, Ack(d.priority, d.local_id, ClaimMatch(SOURCE, job.claim)))
+                for d, job in got
+            ]
             if store.ack(QUEUE, acks, []) == len(acks):
-                history.acked.update(JobDescriptor(QUEUE, name, a.priority, a.local_id)
-                                     for name, a in acks)
+                history.acked.update(
+                    JobDescriptor(QUEUE, name, a.priority, a.local_id) for name, a in acks
+                )
             if after_kill:
                 history.batches_after_kill += 1
                 history.dequeued_during_outage.update(d.shard for d, _ in got)
@@ -76,10 +84,8 @@ def stream(store: ShardedBackend, history: History, killed: threading.Event,
 def losses(store: ShardedBackend, history: History) -> tuple[set, set]:
     """(accepted enqueues that are gone or changed, acks that did not hold)."""
     found = store.lookup(list(history.enqueued), True)
-    lost = {d for d, body in history.enqueued.items()
-            if d not in found or found[d].body != body}
-    unacked = {d for d in history.acked
-               if d not in found or found[d].state != JobState.SUCCEEDED}
+    lost = {d for d, body in history.enqueued.items() if d not in found or found[d].body != body}
+    unacked = {d for d in history.acked if d not in found or found[d].state != JobState.SUCCEEDED}
     return lost, unacked
 
 
@@ -91,20 +97,27 @@ def wait_for(condition, seconds: float, what: str) -> None:
 
 
 def crash_run(tmp_path, flush: int) -> tuple[History, set, set, ShardedBackend]:
-    with mysql_env.running_server(tmp_path / "a", flush_log_at_trx_commit=flush) as victim, \
-            mysql_env.running_server(tmp_path / "b") as survivor:
+    with (
+        mysql_env.running_server(tmp_path / "a", flush_log_at_trx_commit=flush) as victim,
+        mysql_env.running_server(tmp_path / "b") as survivor,
+    ):
         backend = MySQLBackend({}, StorageLimits())
         specs = MySQLBackend.parse_shards(
-            [victim.shard("1", databases_per_queue=2, connect_timeout_seconds=0.5),
-             survivor.shard("2")], {}, "backend.shards")
-        store = ShardedBackend(backend, specs, num_priorities=3, retries=2,
-                               unhealthy_after_failures=2)
+            [
+                victim.shard("1", databases_per_queue=2, connect_timeout_seconds=0.5),
+                survivor.shard("2"),
+            ],
+            {},
+            "backend.shards",
+        )
+        store = ShardedBackend(
+            backend, specs, num_priorities=3, retries=2, unhealthy_after_failures=2
+        )
         try:
             store.create_queue(QUEUE)
             history = History()
             killed, ready, stop = threading.Event(), threading.Event(), threading.Event()
-            producer = threading.Thread(target=stream,
-                                        args=(store, history, killed, ready, stop))
+            producer = threading.Thread(target=stream, args=(store, history, killed, ready, stop))
             producer.start()
             try:
                 assert ready.wait(DEADLINE_SECONDS), "the stream did not get going"
@@ -118,8 +131,13 @@ def crash_run(tmp_path, flush: int) -> tuple[History, set, set, ShardedBackend]:
             assert not store.health.is_healthy("1") and not store.health.is_healthy("1d1")
             assert store.health.is_healthy("2")
             victim.start()  # same port, same datadir: InnoDB crash recovery
-            wait_for(lambda: sorted(store.probe_unhealthy()) == ["1", "1d1"]
-                     or not store.health.unhealthy(), 30, "the restarted shards to come back")
+            wait_for(
+                lambda: (
+                    sorted(store.probe_unhealthy()) == ["1", "1d1"] or not store.health.unhealthy()
+                ),
+                30,
+                "the restarted shards to come back",
+            )
             assert all(store.health.is_healthy(n) for n in ("1", "1d1", "2"))
             lost, unacked = losses(store, history)
             return history, lost, unacked, store

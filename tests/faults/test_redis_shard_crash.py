@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from backends.redis_backend import RedisBackend, RedisShardSpec
-from pinlater.storage.contract import StorageLimits
-from pinlater.storage.claims import new_claim
 from pinlater.errors import QueueNotFound
+from pinlater.storage.claims import new_claim
+from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import ShardError
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from tests.support import redis_env
@@ -67,19 +67,22 @@ def losses(shard, history: History) -> tuple[set[int], set[int]]:
     except QueueNotFound:  # the whole queue (its registry entry) was lost
         return set(history.enqueued), set(history.acked)
     found = {r.local_id: r for r in records}
-    lost = {i for i, body in history.enqueued.items()
-            if i not in found or found[i].body != body}
-    unacked = {i for i in history.acked
-               if i not in found or found[i].state != JobState.SUCCEEDED}
+    lost = {i for i, body in history.enqueued.items() if i not in found or found[i].body != body}
+    unacked = {i for i in history.acked if i not in found or found[i].state != JobState.SUCCEEDED}
     return lost, unacked
 
 
 def crash_run(tmp_path, **server_kwargs) -> tuple[History, set[int], set[int]]:
     backend = RedisBackend({}, StorageLimits())
     with redis_env.running_server(tmp_path / "data", **server_kwargs) as server:
-        shard = backend.open_shard(RedisShardSpec(name="crash", port=server.port,
-                                                  socket_timeout_seconds=2.0,
-                                                  socket_connect_timeout_seconds=0.5))
+        shard = backend.open_shard(
+            RedisShardSpec(
+                name="crash",
+                port=server.port,
+                socket_timeout_seconds=2.0,
+                socket_connect_timeout_seconds=0.5,
+            )
+        )
         shard.create_queue("q")
         history, batches_done, stop = History(), threading.Event(), threading.Event()
         producer = threading.Thread(target=stream, args=(shard, history, batches_done, stop))

@@ -24,8 +24,12 @@ def skewed_env() -> dict[str, str]:
     _, env = libfaketime.get_reload_information()
     library = Path(env["LD_LIBRARY_PATH"]) / env["LD_PRELOAD"]
     assert library.is_file(), f"libfaketime did not install its library at {library}"
-    return {"LD_PRELOAD": str(library), "FAKETIME": SKEW,
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_NO_CACHE": "1"}
+    return {
+        "LD_PRELOAD": str(library),
+        "FAKETIME": SKEW,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_NO_CACHE": "1",
+    }
 
 
 def run_skewed(make_rig, kind: str):
@@ -49,13 +53,19 @@ def run_skewed(make_rig, kind: str):
 @pytest.mark.parametrize("kind", ["redis", "mysql"])
 def test_f9_a_server_with_a_skewed_clock_reclaims_no_healthy_claim(make_rig, kind):
     rig, report, reclaimed = run_skewed(make_rig, kind)
-    rig.finish(report, note=f"server clock {SKEW}: {reclaimed} healthy claims reclaimed "
-                            "(storage clock authoritative)")
+    rig.finish(
+        report,
+        note=f"server clock {SKEW}: {reclaimed} healthy claims reclaimed "
+        "(storage clock authoritative)",
+    )
     assert reclaimed == 0, f"{reclaimed} healthy claims were reclaimed by the skewed janitor"
 
 
 def test_f9_negative_control_sqlite_follows_the_process_clock(make_rig):
     rig, report, reclaimed = run_skewed(make_rig, "sqlite")
-    rig.finish(report, note=f"server clock {SKEW}: {reclaimed} healthy claims reclaimed "
-                            "(SQLite uses the process clock: expected)")
+    rig.finish(
+        report,
+        note=f"server clock {SKEW}: {reclaimed} healthy claims reclaimed "
+        "(SQLite uses the process clock: expected)",
+    )
     assert reclaimed > 0, "the skewed SQLite janitor should have reclaimed healthy claims"

@@ -31,6 +31,9 @@ def test_f8_two_janitors_racing_acks_charge_each_expiry_once(make_rig, kind):
     rig.assert_resources_back(first)
     reclaimed = sum(1 for r in rig.all_records() if r["op"] == "deliver") - report.attempted
     assert reclaimed > 0, "no claim expired: the janitors never raced an ack"
-    rig.finish(report, note=f"{rejected} probe stale acks rejected; "
-                            f"{report.stale_acks} late worker acks were no-ops; "
-                            f"{report.failed_exhausted} jobs FAILED after exhausting attempts")
+    rig.finish(
+        report,
+        note=f"{rejected} probe stale acks rejected; "
+        f"{report.stale_acks} late worker acks were no-ops; "
+        f"{report.failed_exhausted} jobs FAILED after exhausting attempts",
+    )

@@ -4,7 +4,6 @@ drain, check. Run on every backend."""
 from __future__ import annotations
 
 import collections
-
 import threading
 import time
 
@@ -47,8 +46,10 @@ def test_f2_server_killed_with_dequeue_replies_in_flight_jobs_return_after_lease
             rig.spawn_worker(f"w{i + 1}", servers=proxy.address, limit=10)
         rig.wait_for(lambda: _delivered(rig) >= 20, 20, "workers under way")
         proxy.half_open("down")  # dequeue replies now vanish inside the proxy
-        blind = [threading.Thread(target=_blind_dequeue, args=(rig, proxy.address, f"b{i}"))
-                 for i in range(3)]
+        blind = [
+            threading.Thread(target=_blind_dequeue, args=(rig, proxy.address, f"b{i}"))
+            for i in range(3)
+        ]
         for thread in blind:
             thread.start()
         time.sleep(0.5)  # the server claims jobs for dequeues whose replies never arrive
@@ -73,8 +74,11 @@ def test_f3_server_killed_between_work_and_ack_job_is_redelivered(make_rig, kind
     server = rig.start_seeded(60)
     gate = rig.tmp / "ack-gate"
     worker = rig.spawn_worker("w1", limit=5, work_seconds=0.05, gate=gate)
-    rig.wait_for(lambda: any(r["op"] == "worked" for r in worker.records()), 20,
-                 "the worker to finish its first jobs")
+    rig.wait_for(
+        lambda: any(r["op"] == "worked" for r in worker.records()),
+        20,
+        "the worker to finish its first jobs",
+    )
     rig.kill_server(server)
     gate.touch()  # the worker acks now, into a dead server
     rig.wait_for(lambda: any(r["op"] == "ack" for r in worker.records()), 20, "the ack try")

@@ -43,8 +43,9 @@ def test_f5_storage_killed_and_restarted_on_same_data_loses_no_accepted_job(make
     server = _f5_run(rig, cycles=2)
     report = rig.check(strict_attempts=False)
     rig.assert_resources_back(server)
-    rig.finish(report, note="appendfsync always" if kind == "redis"
-               else "innodb_flush_log_at_trx_commit=1")
+    rig.finish(
+        report, note="appendfsync always" if kind == "redis" else "innodb_flush_log_at_trx_commit=1"
+    )
 
 
 @pytest.mark.parametrize("kind", NETWORKED)
@@ -52,10 +53,13 @@ def test_f5_negative_control_non_durable_storage_the_checker_reports_loss(make_r
     rig = make_rig("F5-neg", kind, durable=False)
     _f5_run(rig, cycles=3)
     report = rig.check(strict_attempts=False)
-    rig.finish(report, expect_loss=True,
-               note=("appendonly no" if kind == "redis" else "innodb_flush_log_at_trx_commit=0")
-               + f": {len(report.lost)} accepted jobs lost, "
-                 f"{len(report.missing_descriptors)} descriptors gone")
+    rig.finish(
+        report,
+        expect_loss=True,
+        note=("appendonly no" if kind == "redis" else "innodb_flush_log_at_trx_commit=0")
+        + f": {len(report.lost)} accepted jobs lost, "
+        f"{len(report.missing_descriptors)} descriptors gone",
+    )
 
 
 @pytest.mark.parametrize("kind", NETWORKED)
@@ -88,8 +92,7 @@ def test_f6_resets_and_cut_replies_between_server_and_shard_lose_nothing(make_ri
 
 
 @pytest.mark.parametrize("kind", ["redis", "mysql"])
-def test_f7_blackholed_shard_enqueues_go_elsewhere_or_fail_fast_threads_bounded(make_rig,
-                                                                               kind):
+def test_f7_blackholed_shard_enqueues_go_elsewhere_or_fail_fast_threads_bounded(make_rig, kind):
     rig = make_rig("F7", kind, proxied=True)
     server = rig.start_seeded(50)
     rig.spawn_worker("w1", limit=5, work_seconds=0.01)
@@ -109,12 +112,18 @@ def test_f7_blackholed_shard_enqueues_go_elsewhere_or_fail_fast_threads_bounded(
     report = rig.check(strict_attempts=False, drain_timeout=CLAIM_TIMEOUT + 25)
     rig.assert_resources_back(server)
     worst = max(during)
-    timed_out = sum(1 for r in rig.history.records() if r["op"] == "enqueue"
-                    and r["outcome"] == "unknown" and started <= r["invoke"] <= ended)
+    timed_out = sum(
+        1
+        for r in rig.history.records()
+        if r["op"] == "enqueue" and r["outcome"] == "unknown" and started <= r["invoke"] <= ended
+    )
     peak = rig.resources["peak_threads"] - rig.resources["base_threads"]
-    rig.finish(report, note=f"{ok_during} jobs accepted during 10 s blackhole, slowest enqueue "
-                            f"{worst:.2f}s, {timed_out} enqueues timed out at the client, "
-                            f"+{peak} threads at peak")
+    rig.finish(
+        report,
+        note=f"{ok_during} jobs accepted during 10 s blackhole, slowest enqueue "
+        f"{worst:.2f}s, {timed_out} enqueues timed out at the client, "
+        f"+{peak} threads at peak",
+    )
     assert peak <= 24, f"the server grew {peak} threads during the blackhole"
     assert timed_out == 0, f"{timed_out} enqueues got no answer within the client timeout"
     assert ok_during > 50, f"only {ok_during} jobs accepted while one shard was blackholed"

@@ -22,8 +22,11 @@ def test_f4_worker_killed_mid_job_its_jobs_come_back_after_the_claim(make_rig, k
     rig.fault("kill_worker")
     rig.spawn_worker("healthy", limit=5, work_seconds=0.02)
     taken = {r["descriptor"] for r in _delivered(doomed)}
-    rig.wait_for(lambda: taken <= _acked_by(rig, "healthy"), CLAIM_TIMEOUT + 15,
-                 "the killed worker's jobs redelivered and acked")
+    rig.wait_for(
+        lambda: taken <= _acked_by(rig, "healthy"),
+        CLAIM_TIMEOUT + 15,
+        "the killed worker's jobs redelivered and acked",
+    )
     report = rig.check()
     rig.assert_resources_back(server)
     assert report.dup_deliveries >= len(taken)
@@ -42,8 +45,11 @@ def test_f4_worker_paused_past_its_claim_late_ack_is_fenced(make_rig, kind):
     thief = rig.client("thief")
     again = _redeliver(rig, thief, set(held))
     sleeper.signal(signal.SIGCONT)
-    rig.wait_for(lambda: len([r for r in sleeper.records() if r["op"] == "ack"]) >= 3, 20,
-                 "the sleeper's late acks")
+    rig.wait_for(
+        lambda: len([r for r in sleeper.records() if r["op"] == "ack"]) >= 3,
+        20,
+        "the sleeper's late acks",
+    )
     late = [r for r in sleeper.records() if r["op"] == "ack" and r["descriptor"] in held]
     assert all(r["outcome"] == "ok" for r in late), late  # sent and answered: a no-op
     infos = thief.lookup(list(held))
@@ -60,6 +66,7 @@ def test_f4_worker_paused_past_its_claim_late_ack_is_fenced(make_rig, kind):
 def _redeliver(rig, client, descriptors: set[str]) -> dict:
     """Dequeue (recorded) until every descriptor is handed out again; ack the others."""
     found: dict = {}
+
     def round_() -> bool:
         record = rig.history.invoke("dequeue")
         jobs = client.dequeue(rig.queue, 50)
@@ -69,6 +76,7 @@ def _redeliver(rig, client, descriptors: set[str]) -> dict:
         if others:
             rig._ack_recorded(client, others)
         return descriptors <= set(found)
+
     rig.wait_for(round_, CLAIM_TIMEOUT + 15, "the paused worker's jobs to be reclaimed")
     return found
 
@@ -78,5 +86,8 @@ def _delivered(worker) -> list[dict]:
 
 
 def _acked_by(rig, source: str) -> set[str]:
-    return {r["descriptor"] for r in rig.worker_records()
-            if r["op"] == "ack" and r["process"] == source and r["outcome"] == "ok"}
+    return {
+        r["descriptor"]
+        for r in rig.worker_records()
+        if r["op"] == "ack" and r["process"] == source and r["outcome"] == "ok"
+    }

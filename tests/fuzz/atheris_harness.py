@@ -18,13 +18,12 @@ from pathlib import Path
 
 from thriftpy2.thrift import TApplicationException, TMessageType
 
-from pinlater.app import App
-from pinlater.app import load_config
+from pinlater.app import App, load_config
 from pinlater.idl import PinLater
-from pinlater.server.loop import Rejections
 from pinlater.main import dispatcher
-from pinlater.server.wirecheck import WireError, check_args
+from pinlater.server.loop import Rejections
 from pinlater.server.transport import MalformedRequest
+from pinlater.server.wirecheck import WireError, check_args
 from tests.fuzz.wire import header
 from tests.support.server_process import decode_reply
 
@@ -35,9 +34,15 @@ class Target:
     """One App on SQLite under `data_dir`, and the dispatcher the server would use."""
 
     def __init__(self, data_dir: Path):
-        config = load_config(env={}, overrides={
-            "backend": {"data_dir": str(data_dir)}, "janitor": {"enabled": False},
-            "metrics": {"port": 0}, "log_level": "ERROR"})
+        config = load_config(
+            env={},
+            overrides={
+                "backend": {"data_dir": str(data_dir)},
+                "janitor": {"enabled": False},
+                "metrics": {"port": 0},
+                "log_level": "ERROR",
+            },
+        )
         self.app = App(config)
         self.dispatcher = dispatcher(config, self.app.handler, Rejections())
         self.app.handler.store.create_queue("fuzzq")

@@ -26,8 +26,9 @@ class Outcome:
         return [decode_reply(r) for r in self.replies]
 
 
-def exchange(host: str, port: int, data: bytes, deadline: float, *,
-             half_close: bool = True) -> Outcome:
+def exchange(
+    host: str, port: int, data: bytes, deadline: float, *, half_close: bool = True
+) -> Outcome:
     """Send `data` on a fresh connection, optionally half-close (so a server waiting for the
     rest of a frame sees EOF), then read reply frames until the server closes or `deadline`
     seconds pass."""
@@ -53,7 +54,7 @@ def exchange(host: str, port: int, data: bytes, deadline: float, *,
             except (ConnectionResetError, BrokenPipeError):
                 outcome.closed = True
                 break
-            except socket.timeout:
+            except TimeoutError:
                 break
             if not chunk:
                 outcome.closed = True
@@ -63,8 +64,8 @@ def exchange(host: str, port: int, data: bytes, deadline: float, *,
                 (size,) = struct.unpack_from("!i", buffer)
                 if len(buffer) < 4 + size:
                     break
-                outcome.replies.append(buffer[4:4 + size])
-                buffer = buffer[4 + size:]
+                outcome.replies.append(buffer[4 : 4 + size])
+                buffer = buffer[4 + size :]
             if outcome.replies and not half_close:
                 break
         outcome.seconds = time.monotonic() - started

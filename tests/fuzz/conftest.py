@@ -13,10 +13,11 @@ MAX_FRAME = 1 << 20
 
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory):
-    config = {"janitor": {"enabled": False},
-              "server": {"frame_read_timeout_seconds": FRAME_DEADLINE,
-                         "max_frame_bytes": MAX_FRAME},
-              "metrics": {"port": free_port()}}
+    config = {
+        "janitor": {"enabled": False},
+        "server": {"frame_read_timeout_seconds": FRAME_DEADLINE, "max_frame_bytes": MAX_FRAME},
+        "metrics": {"port": free_port()},
+    }
     with ServerProcess(config, tmp_path_factory.mktemp("fuzz")) as server:
         yield server
         assert server.is_running(), "the server died"

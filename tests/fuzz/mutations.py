@@ -19,8 +19,11 @@ INTERESTING_I32 = (0, 1, -1, -5, 2**31 - 1, 2**30, 2**16, 255, 4096, -(2**31))
 
 flip = st.tuples(st.just("flip"), st.integers(0, 10**6), st.integers(1, 255))
 truncate = st.tuples(st.just("truncate"), st.integers(0, 10**6))
-splice = st.tuples(st.just("splice"), st.integers(0, 10**6),
-                   st.binary(min_size=1, max_size=16) | st.sampled_from(list(SEEDS.values())))
+splice = st.tuples(
+    st.just("splice"),
+    st.integers(0, 10**6),
+    st.binary(min_size=1, max_size=16) | st.sampled_from(list(SEEDS.values())),
+)
 set_i32 = st.tuples(st.just("i32"), st.integers(0, 10**6), st.sampled_from(INTERESTING_I32))
 delete = st.tuples(st.just("delete"), st.integers(0, 10**6), st.integers(1, 8))
 MUTATION = st.one_of(flip, truncate, splice, set_i32, delete)
@@ -39,9 +42,9 @@ def apply(payload: bytes, mutations: list[tuple]) -> bytes:
         elif kind == "splice":
             data[pos:pos] = rest[0]
         elif kind == "i32":
-            data[pos:pos + 4] = struct.pack("!i", rest[0])
+            data[pos : pos + 4] = struct.pack("!i", rest[0])
         else:
-            del data[pos:pos + rest[0]]
+            del data[pos : pos + rest[0]]
     return bytes(data)
 
 

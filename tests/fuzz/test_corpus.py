@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import socket
-import struct
 import threading
 import time
 import urllib.request
@@ -18,13 +17,25 @@ import urllib.request
 import pytest
 from thriftpy2.thrift import TApplicationException, TMessageType
 
+from pinlater.idl import RequestContext
 from tests.fuzz.client import exchange, internal_errors, rss_bytes
 from tests.fuzz.conftest import FRAME_DEADLINE, MAX_FRAME
 from tests.fuzz.wire import (
-    LIST, MAP, STRING, STRUCT, call, field, frame, header, i32, list_, request, string, struct_,
+    LIST,
+    MAP,
+    STRING,
+    STRUCT,
+    call,
+    field,
+    frame,
+    header,
+    i32,
+    list_,
+    request,
+    string,
+    struct_,
 )
 from tests.support.server_process import encode_call
-from pinlater.idl import RequestContext
 
 CLOSE, PROTOCOL_ERROR, UNKNOWN_METHOD, DECLARED = "close", "protocol", "unknown", "declared"
 
@@ -58,33 +69,62 @@ CORPUS = [
     ("non-strict-header", frame(non_strict_header("getQueueNames") + b"\x00"), CLOSE),
     ("unframed-strict", call("getQueueNames"), CLOSE),
     ("reply-type", frame(b"\x80\x01\x00\x02" + call("getQueueNames")[4:]), CLOSE),
-    ("string-length-minus-5",
-     frame(header("createQueue") + field(STRING, 2, i32(-5)) + b"abc\x00"), PROTOCOL_ERROR),
-    ("string-length-2^30",
-     frame(header("createQueue") + field(STRING, 2, i32(2**30)) + b"abc\x00"), PROTOCOL_ERROR),
-    ("unknown-map-2^31-1",
-     frame(header("getQueueNames") + field(MAP, 9, b"\x01\x01" + i32(2**31 - 1)) + b"\x00"),
-     PROTOCOL_ERROR),
-    ("unknown-list-2^31-1",
-     frame(header("getQueueNames") + field(LIST, 9, b"\x01" + i32(2**31 - 1)) + b"\x00"),
-     PROTOCOL_ERROR),
-    ("unknown-list-of-structs-2^31-1",
-     frame(header("getQueueNames") + field(LIST, 9, b"\x0c" + i32(2**31 - 1)) + b"\x00"),
-     PROTOCOL_ERROR),
-    ("200-deep-unknown-structs", frame(header("getQueueNames") + nested_structs(200)),
-     PROTOCOL_ERROR),
-    ("100-deep-lists",
-     frame(header("getQueueNames") + field(LIST, 9, nested_lists(100)) + b"\x00"),
-     PROTOCOL_ERROR),
-    ("invalid-utf8-queue-name", frame(call("enqueueJobs", request(
-        field(STRING, 1, string(b"\xff\xfeq")), field(LIST, 2, list_(STRUCT, [
-            struct_(field(STRING, 1, string(b"body")))]))))), PROTOCOL_ERROR),
+    (
+        "string-length-minus-5",
+        frame(header("createQueue") + field(STRING, 2, i32(-5)) + b"abc\x00"),
+        PROTOCOL_ERROR,
+    ),
+    (
+        "string-length-2^30",
+        frame(header("createQueue") + field(STRING, 2, i32(2**30)) + b"abc\x00"),
+        PROTOCOL_ERROR,
+    ),
+    (
+        "unknown-map-2^31-1",
+        frame(header("getQueueNames") + field(MAP, 9, b"\x01\x01" + i32(2**31 - 1)) + b"\x00"),
+        PROTOCOL_ERROR,
+    ),
+    (
+        "unknown-list-2^31-1",
+        frame(header("getQueueNames") + field(LIST, 9, b"\x01" + i32(2**31 - 1)) + b"\x00"),
+        PROTOCOL_ERROR,
+    ),
+    (
+        "unknown-list-of-structs-2^31-1",
+        frame(header("getQueueNames") + field(LIST, 9, b"\x0c" + i32(2**31 - 1)) + b"\x00"),
+        PROTOCOL_ERROR,
+    ),
+    (
+        "200-deep-unknown-structs",
+        frame(header("getQueueNames") + nested_structs(200)),
+        PROTOCOL_ERROR,
+    ),
+    (
+        "100-deep-lists",
+        frame(header("getQueueNames") + field(LIST, 9, nested_lists(100)) + b"\x00"),
+        PROTOCOL_ERROR,
+    ),
+    (
+        "invalid-utf8-queue-name",
+        frame(
+            call(
+                "enqueueJobs",
+                request(
+                    field(STRING, 1, string(b"\xff\xfeq")),
+                    field(LIST, 2, list_(STRUCT, [struct_(field(STRING, 1, string(b"body")))])),
+                ),
+            )
+        ),
+        PROTOCOL_ERROR,
+    ),
     ("missing-required-fields", frame(call("enqueueJobs", request())), DECLARED),
     ("missing-context", frame(call("dequeueJobs", with_context=False)), DECLARED),
-    ("finagle-probe", frame(encode_call("__can__finagle__trace__v3__", seqid=0)),
-     UNKNOWN_METHOD),
-    ("truncated-args", frame(call("createQueue", field(STRING, 2, string("abc")))[:-4]),
-     PROTOCOL_ERROR),
+    ("finagle-probe", frame(encode_call("__can__finagle__trace__v3__", seqid=0)), UNKNOWN_METHOD),
+    (
+        "truncated-args",
+        frame(call("createQueue", field(STRING, 2, string("abc")))[:-4]),
+        PROTOCOL_ERROR,
+    ),
 ]
 
 
@@ -149,7 +189,7 @@ def slowloris(server) -> float:
             try:
                 if sock.recv(1) == b"":
                     break
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except ConnectionResetError:
                 break
@@ -160,8 +200,12 @@ def rejected_counts(server) -> dict[str, float]:
     port = server.config["metrics"]["port"]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
-    return {m.group(1): float(m.group(2)) for m in re.finditer(
-        r'^pinlater_frames_rejected_total\{reason="([a-z_0-9]+)"\} (\S+)$', text, re.M)}
+    return {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(
+            r'^pinlater_frames_rejected_total\{reason="([a-z_0-9]+)"\} (\S+)$', text, re.M
+        )
+    }
 
 
 def test_every_corpus_entry_is_answered_or_closed_within_a_second(fuzz_server):
@@ -172,17 +216,20 @@ def test_every_corpus_entry_is_answered_or_closed_within_a_second(fuzz_server):
     try:
         for _ in range(3):
             for case_id, data, expect in CORPUS:
-                outcome = exchange(fuzz_server.host, fuzz_server.port, data, deadline=1.0,
-                                   half_close=False)
+                outcome = exchange(
+                    fuzz_server.host, fuzz_server.port, data, deadline=1.0, half_close=False
+                )
                 check_outcome(case_id, outcome, expect)
         trickle_seconds = slowloris(fuzz_server)
     finally:
         healthy.finish()
     rss_growth = rss_bytes(fuzz_server.pid) - rss_before
     worst = max(healthy.latencies)
-    print(f"\ncorpus x3: healthy calls {len(healthy.latencies)}, worst {worst * 1000:.1f} ms; "
-          f"RSS growth {rss_growth / 2**20:.1f} MiB; slowloris closed after "
-          f"{trickle_seconds:.2f} s")
+    print(
+        f"\ncorpus x3: healthy calls {len(healthy.latencies)}, worst {worst * 1000:.1f} ms; "
+        f"RSS growth {rss_growth / 2**20:.1f} MiB; slowloris closed after "
+        f"{trickle_seconds:.2f} s"
+    )
     assert healthy.errors == []
     assert worst < 0.2, f"a healthy call took {worst * 1000:.0f} ms"
     assert rss_growth < 50 * 2**20
@@ -193,8 +240,15 @@ def test_rejections_are_counted_by_reason(fuzz_server):
     for case_id, data, _ in CORPUS:
         exchange(fuzz_server.host, fuzz_server.port, data, deadline=1.0, half_close=False)
     counts = rejected_counts(fuzz_server)
-    for reason in ("frame_length", "malformed", "truncated", "too_deep", "too_many_items",
-                   "bad_utf8", "bad_type"):
+    for reason in (
+        "frame_length",
+        "malformed",
+        "truncated",
+        "too_deep",
+        "too_many_items",
+        "bad_utf8",
+        "bad_type",
+    ):
         assert counts.get(reason, 0) >= 1, (reason, counts)
     assert set(counts) <= set(__import__("pinlater.server.loop").server.loop.REJECT_REASONS)
 

@@ -29,15 +29,25 @@ def test_seeds_pass_through_the_harness(target):
         target.one_input(seed)
 
 
-@settings(max_examples=300, derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=300,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(seed=st.sampled_from(SEEDS), mutations=st.lists(MUTATION, min_size=1, max_size=5))
 def test_mutated_arguments_never_cause_an_internal_error(target, seed, mutations):
     target.one_input(seed[:1] + apply(seed[1:], mutations))
 
 
-@settings(max_examples=200, derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(data=st.binary(max_size=200))
 def test_random_argument_bytes_never_cause_an_internal_error(target, data):
     target.one_input(data)

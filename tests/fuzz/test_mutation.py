@@ -25,8 +25,13 @@ def test_seeds_are_served_normally(fuzz_server):
         assert outcome.replies and not internal_errors(outcome), method
 
 
-@settings(max_examples=200, derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=200,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(case=mutated_frames())
 def test_mutated_calls_get_a_reply_or_a_close_never_an_internal_error(fuzz_server, case):
     method, data = case

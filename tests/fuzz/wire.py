@@ -9,11 +9,24 @@ from __future__ import annotations
 
 import struct
 
-from pinlater.idl import PinLater, RequestContext, pinlater_thrift as w
+from pinlater.idl import PinLater, RequestContext
+from pinlater.idl import pinlater_thrift as w
 from tests.support.server_process import encode_call
 
 STOP, BOOL, BYTE, DOUBLE, I16, I32, I64, STRING, STRUCT, MAP, SET, LIST = (
-    0, 2, 3, 4, 6, 8, 10, 11, 12, 13, 14, 15)
+    0,
+    2,
+    3,
+    4,
+    6,
+    8,
+    10,
+    11,
+    12,
+    13,
+    14,
+    15,
+)
 CTX = RequestContext(source="hostile-test")
 
 
@@ -79,40 +92,97 @@ def frame(payload: bytes) -> bytes:
 def valid_calls(queue: str = "fuzzq") -> dict[str, bytes]:
     """One well-formed, decodable call of every RPC, by method name."""
     d = f"{queue}:s1:p1:1"
-    ack = w.PinLaterJobAckRequest(queueName=queue, jobsSucceeded=[
-        w.PinLaterJobAckInfo(jobDescriptor=d, appendCustomStatus="ok", retryDelayMillis=5,
-                             claimDescriptor="0" * 24 + ":x")])
+    ack = w.PinLaterJobAckRequest(
+        queueName=queue,
+        jobsSucceeded=[
+            w.PinLaterJobAckInfo(
+                jobDescriptor=d,
+                appendCustomStatus="ok",
+                retryDelayMillis=5,
+                claimDescriptor="0" * 24 + ":x",
+            )
+        ],
+    )
     calls = {
         "createQueue": PinLater.createQueue_args(context=CTX, name=queue),
         "deleteQueue": PinLater.deleteQueue_args(context=CTX, name=queue, password="pw"),
-        "enqueueJobs": PinLater.enqueueJobs_args(context=CTX, request=w.PinLaterEnqueueRequest(
-            queueName=queue, jobs=[w.PinLaterJob(body=b"b1", priority=1,
-                                                 runAfterTimestampMillis=1, numAttemptsAllowed=3,
-                                                 customStatus="s")])),
-        "dequeueJobs": PinLater.dequeueJobs_args(context=CTX, request=w.PinLaterDequeueRequest(
-            queueName=queue, limit=2, jobAckRequest=ack, dryRun=False, coverage=1.0)),
+        "enqueueJobs": PinLater.enqueueJobs_args(
+            context=CTX,
+            request=w.PinLaterEnqueueRequest(
+                queueName=queue,
+                jobs=[
+                    w.PinLaterJob(
+                        body=b"b1",
+                        priority=1,
+                        runAfterTimestampMillis=1,
+                        numAttemptsAllowed=3,
+                        customStatus="s",
+                    )
+                ],
+            ),
+        ),
+        "dequeueJobs": PinLater.dequeueJobs_args(
+            context=CTX,
+            request=w.PinLaterDequeueRequest(
+                queueName=queue, limit=2, jobAckRequest=ack, dryRun=False, coverage=1.0
+            ),
+        ),
         "ackDequeuedJobs": PinLater.ackDequeuedJobs_args(context=CTX, request=ack),
         "checkpointJobs": PinLater.checkpointJobs_args(
-            context=CTX, request=w.PinLaterCheckpointJobsRequest(queueName=queue, requests=[
-                w.PinLaterCheckpointJobRequest(jobDescriptor=d, newBody="nb", moveToPending=True,
-                                               runAfterTimestampMillis=5,
-                                               numOfAttemptsAllowed=2,
-                                               prependCustomStatus="p")])),
-        "lookupJobs": PinLater.lookupJobs_args(context=CTX, request=w.PinLaterLookupJobRequest(
-            jobDescriptors=[d], includeBody=True)),
-        "getJobCount": PinLater.getJobCount_args(context=CTX, request=w.PinLaterGetJobCountRequest(
-            queueName=queue, jobState=0, priority=1, countFutureJobs=True,
-            bodyRegexToMatch="b.*")),
+            context=CTX,
+            request=w.PinLaterCheckpointJobsRequest(
+                queueName=queue,
+                requests=[
+                    w.PinLaterCheckpointJobRequest(
+                        jobDescriptor=d,
+                        newBody="nb",
+                        moveToPending=True,
+                        runAfterTimestampMillis=5,
+                        numOfAttemptsAllowed=2,
+                        prependCustomStatus="p",
+                    )
+                ],
+            ),
+        ),
+        "lookupJobs": PinLater.lookupJobs_args(
+            context=CTX, request=w.PinLaterLookupJobRequest(jobDescriptors=[d], includeBody=True)
+        ),
+        "getJobCount": PinLater.getJobCount_args(
+            context=CTX,
+            request=w.PinLaterGetJobCountRequest(
+                queueName=queue,
+                jobState=0,
+                priority=1,
+                countFutureJobs=True,
+                bodyRegexToMatch="b.*",
+            ),
+        ),
         "getQueueNames": PinLater.getQueueNames_args(context=CTX),
-        "scanJobs": PinLater.scanJobs_args(context=CTX, request=w.PinLaterScanJobsRequest(
-            queueName=queue, jobState=0, priority=1, scanFutureJobs=False, continuation="0",
-            limit=5, bodyRegexToMatch="b")),
+        "scanJobs": PinLater.scanJobs_args(
+            context=CTX,
+            request=w.PinLaterScanJobsRequest(
+                queueName=queue,
+                jobState=0,
+                priority=1,
+                scanFutureJobs=False,
+                continuation="0",
+                limit=5,
+                bodyRegexToMatch="b",
+            ),
+        ),
         "retryFailedJobs": PinLater.retryFailedJobs_args(
-            context=CTX, request=w.PinLaterRetryFailedJobsRequest(
-                queueName=queue, priority=1, attemptsToAllow=2, runAfterTimestampMillis=1,
-                limit=5)),
-        "deleteJobs": PinLater.deleteJobs_args(context=CTX, request=w.PinLaterDeleteJobsRequest(
-            queueName=queue, jobState=3, priority=1, bodyRegexToMatch="x", limit=5)),
+            context=CTX,
+            request=w.PinLaterRetryFailedJobsRequest(
+                queueName=queue, priority=1, attemptsToAllow=2, runAfterTimestampMillis=1, limit=5
+            ),
+        ),
+        "deleteJobs": PinLater.deleteJobs_args(
+            context=CTX,
+            request=w.PinLaterDeleteJobsRequest(
+                queueName=queue, jobState=3, priority=1, bodyRegexToMatch="x", limit=5
+            ),
+        ),
     }
-    return {name: encode_call(name, args, seqid=i + 1)
-            for i, (name, args) in enumerate(calls.items())}
+    return {
+        name: encode_call(name, args, seqid=i + 1) for i, (name, args) in enumerate(calls.items())
+    }

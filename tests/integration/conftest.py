@@ -1,7 +1,7 @@
 """Fixtures for the server integration tests.
 
 `admin_server` is one `pinlater-server` process per test module (SQLite, janitor off, deleteQueue
-allowed with ADMIN_PASSWORD). `inproc_server` runs the real accept loop and connection code (pinlater.server_loop) on a real
+allowed with ADMIN_PASSWORD). `inproc_server` runs the real accept loop and connection code (pinlater.server.loop) on a real
 loopback socket inside the test process, in front of a small stand-in handler, for protocol
 tests that need a handler that misbehaves on purpose (raises undeclared exceptions, blocks).
 Tests of the whole process (real App, SQLite, signals) use tests.support.server_process.
@@ -53,7 +53,8 @@ class StubHandler:
 
     def enqueueJobs(self, context, request):
         return pinlater_thrift.PinLaterEnqueueResponse(
-            jobDescriptors=[f"{request.queueName}:s1:p1:{i}" for i in range(len(request.jobs))])
+            jobDescriptors=[f"{request.queueName}:s1:p1:{i}" for i in range(len(request.jobs))]
+        )
 
 
 @dataclasses.dataclass
@@ -74,8 +75,9 @@ def run_inproc(handler: Any = None, **settings: Any) -> Iterator[RunningServer]:
     sock = bind("127.0.0.1", 0)
     server = Server(sock, config, Dispatcher(PinLater, handler))
     result: dict = {}
-    thread = threading.Thread(target=lambda: result.update(drained=server.serve_forever()),
-                              daemon=True)
+    thread = threading.Thread(
+        target=lambda: result.update(drained=server.serve_forever()), daemon=True
+    )
     thread.start()
     host, port = server.address
     try:

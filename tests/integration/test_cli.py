@@ -29,6 +29,7 @@ def cli(server):
         code = main(["--port", str(server.port), *argv], out, err)
         assert code == expect, f"exit {code}; stderr: {err.getvalue()}"
         return out.getvalue(), err.getvalue()
+
     return run
 
 
@@ -48,8 +49,9 @@ def count(cli, queue, state="pending"):
 
 
 def test_enqueue_dequeue_ack_lookup_round_trip(cli, queue):
-    ids = as_json(cli("enqueue", "-q", queue, "-b", "one", "-b", "two", "--attempts", "3",
-                      "--json")[0])["enqueued"]
+    ids = as_json(
+        cli("enqueue", "-q", queue, "-b", "one", "-b", "two", "--attempts", "3", "--json")[0]
+    )["enqueued"]
     assert len(ids) == 2
     assert as_json(cli("check_dequeue", "-q", queue, "--json")[0]) == {"available": True}
     data = as_json(cli("dequeue", "-q", queue, "--limit", "5", "--ack", "success", "--json")[0])
@@ -91,8 +93,18 @@ def test_scan_lists_jobs_across_pages(cli, queue):
 def test_checkpoint_moves_a_job_back_to_pending(cli, queue):
     cli("enqueue", "-q", queue, "-b", "cp")
     [job] = as_json(cli("dequeue", "-q", queue, "--json")[0])["jobs"]
-    cli("checkpoint", "-q", queue, "-j", job["descriptor"], "--claim", job["claim"],
-        "--move-to-pending", "--new-body", "changed")
+    cli(
+        "checkpoint",
+        "-q",
+        queue,
+        "-j",
+        job["descriptor"],
+        "--claim",
+        job["claim"],
+        "--move-to-pending",
+        "--new-body",
+        "changed",
+    )
     [again] = as_json(cli("dequeue", "-q", queue, "--dry-run", "--json")[0])["jobs"]
     assert again["body"] == "changed"
 
@@ -112,8 +124,18 @@ def test_delete_queue_checks_the_admin_password(cli, queue):
 
 
 def test_enqueue_load_mode_reports_a_summary(cli, queue):
-    out, _ = cli("enqueue", "-q", queue, "--num_queries", "20", "--batch_size", "10",
-                 "--concurrency", "2", "--json")
+    out, _ = cli(
+        "enqueue",
+        "-q",
+        queue,
+        "--num_queries",
+        "20",
+        "--batch_size",
+        "10",
+        "--concurrency",
+        "2",
+        "--json",
+    )
     summary = as_json(out.splitlines()[-1])
     assert summary["event"] == "summary" and summary["errors"] == 0
     assert (summary["jobs"], summary["requests"]) == (200, 20)
@@ -125,8 +147,19 @@ def test_enqueue_load_mode_reports_a_summary(cli, queue):
 def test_dequeue_load_mode_acks_every_job_it_counts(cli, queue, piggyback):
     cli("enqueue", "-q", queue, "--num_queries", "10", "--batch_size", "10")
     extra = ["--piggyback"] if piggyback else []
-    out, _ = cli("dequeue", "-q", queue, "--num_queries", "12", "--batch_size", "10",
-                 "--concurrency", "2", "--json", *extra)
+    out, _ = cli(
+        "dequeue",
+        "-q",
+        queue,
+        "--num_queries",
+        "12",
+        "--batch_size",
+        "10",
+        "--concurrency",
+        "2",
+        "--json",
+        *extra,
+    )
     summary = as_json(out.splitlines()[-1])
     assert summary["jobs"] == 100 and summary["errors"] == 0
     assert count(cli, queue, "succeeded") == 100
@@ -135,15 +168,25 @@ def test_dequeue_load_mode_acks_every_job_it_counts(cli, queue, piggyback):
 
 def test_dequeue_load_mode_with_zero_success_fails_jobs_back_to_pending(cli, queue):
     cli("enqueue", "-q", queue, "--num_queries", "1", "--batch_size", "10")
-    cli("dequeue", "-q", queue, "--num_queries", "1", "--batch_size", "10",
-        "--dequeue_success_percent", "0")
+    cli(
+        "dequeue",
+        "-q",
+        queue,
+        "--num_queries",
+        "1",
+        "--batch_size",
+        "10",
+        "--dequeue_success_percent",
+        "0",
+    )
     assert count(cli, queue, "pending") == 10
     assert count(cli, queue, "succeeded") == 0
 
 
 def test_load_mode_runs_for_a_duration_and_prints_progress(cli, queue):
-    out, _ = cli("enqueue", "-q", queue, "--num_queries", "-1", "--duration", "1.5",
-                 "--batch_size", "5")
+    out, _ = cli(
+        "enqueue", "-q", queue, "--num_queries", "-1", "--duration", "1.5", "--batch_size", "5"
+    )
     lines = out.splitlines()
     assert lines[0].startswith("enqueue: ") and "jobs/s" in lines[0]
     assert "| total" in lines[-1] and ", 0 errors" in lines[-1]
@@ -152,12 +195,38 @@ def test_load_mode_runs_for_a_duration_and_prints_progress(cli, queue):
 
 def test_console_entry_point_reads_bodies_from_stdin(server, queue):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run([sys.executable, "-m", "pinlater.cli", "--port", str(server.port),
-                           "enqueue", "-q", queue, "--json"], input=b"line one\nline two\n",
-                          capture_output=True, env=env, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pinlater.cli",
+            "--port",
+            str(server.port),
+            "enqueue",
+            "-q",
+            queue,
+            "--json",
+        ],
+        input=b"line one\nline two\n",
+        capture_output=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert len(json.loads(done.stdout)["enqueued"]) == 2
-    done = subprocess.run([sys.executable, "-m", "pinlater.cli", "--port", str(server.port),
-                           "get_job_count", "-q", "cli_missing_q"],
-                          capture_output=True, env=env, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pinlater.cli",
+            "--port",
+            str(server.port),
+            "get_job_count",
+            "-q",
+            "cli_missing_q",
+        ],
+        capture_output=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 1 and b"QUEUE_NOT_FOUND" in done.stderr

@@ -9,7 +9,13 @@ import pytest
 from pinlater.errors import PasswordInvalid, QueueNotFound
 from tests.support.server_process import ADMIN_PASSWORD, ServerProcess, admin_config
 from worker_sdk import (
-    AckInfo, Acks, CheckpointRequest, Job, JobState, PinLaterClient, PinLaterTransportError,
+    AckInfo,
+    Acks,
+    CheckpointRequest,
+    Job,
+    JobState,
+    PinLaterClient,
+    PinLaterTransportError,
 )
 
 CONFIG = admin_config()
@@ -42,8 +48,11 @@ def test_enqueue_dequeue_ack_round_trip_with_claims(client, queue):
     assert jobs[ids[0]].body == b"\xff\x00binary"
     assert (jobs[ids[1]].attempts_allowed, jobs[ids[1]].attempts_remaining) == (3, 3)
     assert all(j.claim and j.claim.endswith(":sdk-test:worker1") for j in jobs.values())
-    client.ack(queue, succeeded=[jobs[ids[0]]],
-               failed=[AckInfo(ids[1], claim=jobs[ids[1]].claim, append_status="oops")])
+    client.ack(
+        queue,
+        succeeded=[jobs[ids[0]]],
+        failed=[AckInfo(ids[1], claim=jobs[ids[1]].claim, append_status="oops")],
+    )
     infos = client.lookup(ids, include_body=True)
     assert infos[ids[0]].state is JobState.SUCCEEDED
     assert infos[ids[0]].body == b"\xff\x00binary"
@@ -54,8 +63,7 @@ def test_enqueue_dequeue_ack_round_trip_with_claims(client, queue):
 def test_ack_with_a_stale_claim_is_a_no_op(client, server, queue):
     [job_id] = client.enqueue(queue, [b"x"])
     [first] = client.dequeue(queue, 1)
-    client.checkpoint(queue, [CheckpointRequest(job_id, claim=first.claim,
-                                                move_to_pending=True)])
+    client.checkpoint(queue, [CheckpointRequest(job_id, claim=first.claim, move_to_pending=True)])
     with PinLaterClient([f"{server.host}:{server.port}"], source="sdk-test:worker2") as other:
         [second] = other.dequeue(queue, 1)
     assert second.descriptor == job_id and second.claim != first.claim
@@ -114,8 +122,10 @@ def test_delete_queue_needs_the_admin_password(client, queue):
 
 
 def test_client_survives_a_server_restart_and_fails_over(tmp_path):
-    with ServerProcess(CONFIG, tmp_path / "a", name="a") as a, \
-            ServerProcess(CONFIG, tmp_path / "b", name="b") as b:
+    with (
+        ServerProcess(CONFIG, tmp_path / "a", name="a") as a,
+        ServerProcess(CONFIG, tmp_path / "b", name="b") as b,
+    ):
         servers = [f"{a.host}:{a.port}", f"{b.host}:{b.port}"]
         with PinLaterClient(servers, source="sdk-test:failover", retries=2) as client:
             for _ in range(4):
@@ -126,7 +136,8 @@ def test_client_survives_a_server_restart_and_fails_over(tmp_path):
             b.kill()
             with pytest.raises(PinLaterTransportError):
                 client.queue_names()
-            restarted = ServerProcess(CONFIG, tmp_path / "b", name="b2", port=b.port,
-                                      data_dir=b.data_dir)
+            restarted = ServerProcess(
+                CONFIG, tmp_path / "b", name="b2", port=b.port, data_dir=b.data_dir
+            )
             with restarted:
                 assert "failover_q" in client.queue_names()

@@ -51,8 +51,8 @@ def test_require_durable_starts_on_durable_redis(tmp_path):
 
 
 def test_require_durable_must_be_a_bool(tmp_path):
-    from pinlater.common.sections import ConfigError
     from pinlater.app import load_config
+    from pinlater.common.sections import ConfigError
 
     with pytest.raises(ConfigError) as info:
         load_config(overrides={"backend": {"require_durable": "sometimes"}})
@@ -62,4 +62,5 @@ def test_require_durable_must_be_a_bool(tmp_path):
 
 def _ctx():
     from pinlater.idl import RequestContext
+
     return RequestContext(source="durability-test")

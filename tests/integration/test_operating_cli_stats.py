@@ -8,7 +8,8 @@ import json
 import time
 
 from pinlater.cli.main import main
-from pinlater.idl import RequestContext, pinlater_thrift as T
+from pinlater.idl import RequestContext
+from pinlater.idl import pinlater_thrift as T
 from tests.support.operating import OperatingServer
 
 CTX = RequestContext(source="stats-test")
@@ -25,9 +26,18 @@ def prepare(srv):
     c.createQueue(CTX, "stats_a")
     c.createQueue(CTX, "stats_b")
     future = int(time.time() * 1000) + 3_600_000
-    c.enqueueJobs(CTX, T.PinLaterEnqueueRequest(queueName="stats_a", jobs=[
-        T.PinLaterJob(body=b"1"), T.PinLaterJob(body=b"2"), T.PinLaterJob(body=b"3", priority=2),
-        T.PinLaterJob(body=b"4", runAfterTimestampMillis=future)]))
+    c.enqueueJobs(
+        CTX,
+        T.PinLaterEnqueueRequest(
+            queueName="stats_a",
+            jobs=[
+                T.PinLaterJob(body=b"1"),
+                T.PinLaterJob(body=b"2"),
+                T.PinLaterJob(body=b"3", priority=2),
+                T.PinLaterJob(body=b"4", runAfterTimestampMillis=future),
+            ],
+        ),
+    )
     got = c.dequeueJobs(CTX, T.PinLaterDequeueRequest(queueName="stats_a", limit=1))
     assert len(got.jobs) == 1
 
@@ -40,15 +50,25 @@ def test_stats_prints_health_and_counts_by_priority(tmp_path):
         lines = out.splitlines()
         assert lines[0].startswith("health: ok (HTTP 200), version ")
         assert "shards: 1, 2" in lines[0]
-        assert lines[1].split() == ["QUEUE", "PRIORITY", "PENDING", "FUTURE", "IN", "PROGRESS",
-                                    "SUCCEEDED", "FAILED"]
+        assert lines[1].split() == [
+            "QUEUE",
+            "PRIORITY",
+            "PENDING",
+            "FUTURE",
+            "IN",
+            "PROGRESS",
+            "SUCCEEDED",
+            "FAILED",
+        ]
         table = [line.split() for line in lines[2:]]
-        assert table == [["stats_a", "1", "1", "1", "1", "0", "0"],
-                         ["stats_a", "2", "1", "0", "0", "0", "0"],
-                         ["stats_a", "3", "0", "0", "0", "0", "0"],
-                         ["stats_b", "1", "0", "0", "0", "0", "0"],
-                         ["stats_b", "2", "0", "0", "0", "0", "0"],
-                         ["stats_b", "3", "0", "0", "0", "0", "0"]]
+        assert table == [
+            ["stats_a", "1", "1", "1", "1", "0", "0"],
+            ["stats_a", "2", "1", "0", "0", "0", "0"],
+            ["stats_a", "3", "0", "0", "0", "0", "0"],
+            ["stats_b", "1", "0", "0", "0", "0", "0"],
+            ["stats_b", "2", "0", "0", "0", "0", "0"],
+            ["stats_b", "3", "0", "0", "0", "0", "0"],
+        ]
 
 
 def test_stats_json_one_queue_without_health_uses_the_priorities_option(tmp_path):
@@ -57,14 +77,25 @@ def test_stats_json_one_queue_without_health_uses_the_priorities_option(tmp_path
         code, out, _ = run(srv, "-q", "stats_a", "--priorities", "1", "--json")
         data = json.loads(out)
         assert code == 0 and data["health_status"] is None
-        assert data["rows"] == [{"queue": "stats_a", "priority": 1, "pending": 1, "future": 1,
-                                 "in_progress": 1, "succeeded": 0, "failed": 0}]
+        assert data["rows"] == [
+            {
+                "queue": "stats_a",
+                "priority": 1,
+                "pending": 1,
+                "future": 1,
+                "in_progress": 1,
+                "succeeded": 0,
+                "failed": 0,
+            }
+        ]
 
 
 def test_stats_watch_redraws_and_exit_code_reports_an_unavailable_server(tmp_path):
     # no probe and no depth refresh: either would find the shards fine and mark them healthy
-    with OperatingServer(tmp_path, {"sharding": {"probe_interval_seconds": 3600},
-                                    "metrics": {"depth_interval_seconds": 3600}}) as srv:
+    with OperatingServer(
+        tmp_path,
+        {"sharding": {"probe_interval_seconds": 3600}, "metrics": {"depth_interval_seconds": 3600}},
+    ) as srv:
         prepare(srv)
         url = srv.metrics_url
         code, out, _ = run(srv, "--metrics-url", url, "--watch", "0.05", "--iterations", "3")

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from pinlater.idl import PinLaterException, RequestContext, pinlater_thrift as T
+from pinlater.idl import PinLaterException, RequestContext
+from pinlater.idl import pinlater_thrift as T
 from tests.support.operating import OperatingServer, sample
 
 CTX = RequestContext(source="limits-test")
@@ -18,13 +19,16 @@ RATE_LIMITED = 429
 def fill(client, queue: str, n: int) -> None:
     client.createQueue(CTX, queue)
     for start in range(0, n, 500):
-        client.enqueueJobs(CTX, T.PinLaterEnqueueRequest(queueName=queue, jobs=[
-            T.PinLaterJob(body=b"j") for _ in range(min(500, n - start))]))
+        client.enqueueJobs(
+            CTX,
+            T.PinLaterEnqueueRequest(
+                queueName=queue, jobs=[T.PinLaterJob(body=b"j") for _ in range(min(500, n - start))]
+            ),
+        )
 
 
 def dequeue(client, queue: str, limit: int, **kwargs):
-    return client.dequeueJobs(CTX, T.PinLaterDequeueRequest(queueName=queue, limit=limit,
-                                                            **kwargs))
+    return client.dequeueJobs(CTX, T.PinLaterDequeueRequest(queueName=queue, limit=limit, **kwargs))
 
 
 def drain_for(srv, queue: str, seconds: float, threads: int = 2) -> tuple[int, int]:
@@ -84,15 +88,23 @@ def test_paused_queue_refuses_but_still_applies_piggy_backed_acks(tmp_path):
         write_config(tmp_path / "q.yaml", "queues: {paused: {max_jobs_per_second: 0}}")
         assert srv.app.queue_config.check()
         with pytest.raises(PinLaterException) as info:
-            dequeue(c, "paused", 1, jobAckRequest=T.PinLaterJobAckRequest(
-                queueName="paused",
-                jobsSucceeded=[T.PinLaterJobAckInfo(jobDescriptor=d) for d in taken]))
+            dequeue(
+                c,
+                "paused",
+                1,
+                jobAckRequest=T.PinLaterJobAckRequest(
+                    queueName="paused",
+                    jobsSucceeded=[T.PinLaterJobAckInfo(jobDescriptor=d) for d in taken],
+                ),
+            )
         assert info.value.errorCode == RATE_LIMITED
         assert info.value.message == "Dequeue rate limit exceeded for queue: paused"
-        assert c.getJobCount(CTX, T.PinLaterGetJobCountRequest(
-            queueName="paused", jobState=2)) == 1  # the ack went through
-        assert sample(srv.scrape(), "pinlater_dequeue_refused", queue="paused",
-                      reason="paused") == 1
+        assert (
+            c.getJobCount(CTX, T.PinLaterGetJobCountRequest(queueName="paused", jobState=2)) == 1
+        )  # the ack went through
+        assert (
+            sample(srv.scrape(), "pinlater_dequeue_refused", queue="paused", reason="paused") == 1
+        )
 
 
 def test_reload_picks_up_a_changed_file_by_itself_and_survives_a_broken_one(tmp_path):
@@ -109,8 +121,10 @@ def test_reload_picks_up_a_changed_file_by_itself_and_survives_a_broken_one(tmp_
         assert len(dequeue(c, "r", 5).jobs) == 5
         write_config(tmp_path / "q.yaml", "queues: {r: {max_jobs_per_second: [broken")
         deadline = time.monotonic() + 10
-        while sample(srv.scrape(), "pinlater_config_reload_errors",
-                     file="queue_config") is None and time.monotonic() < deadline:
+        while (
+            sample(srv.scrape(), "pinlater_config_reload_errors", file="queue_config") is None
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
         assert sample(srv.scrape(), "pinlater_config_reload_errors", file="queue_config") == 1
         assert len(dequeue(c, "r", 5).jobs) == 5  # old config (1000/s) still in force
@@ -122,12 +136,17 @@ def test_server_set_share_changes_the_per_server_rate(tmp_path):
     with OperatingServer(tmp_path, {"queue_config": qc, "server_set_file": servers}) as srv:
         fill(srv.client(), "shared", 1000)
         assert srv.app.limiter.shares() == {"shared": 60}
-        write_config(tmp_path / "servers", "127.0.0.1:9010\n127.0.0.1:9011\n127.0.0.1:9012\n"
-                                           "127.0.0.1:9013\n127.0.0.1:9014\n127.0.0.1:9015\n")
+        write_config(
+            tmp_path / "servers",
+            "127.0.0.1:9010\n127.0.0.1:9011\n127.0.0.1:9012\n"
+            "127.0.0.1:9013\n127.0.0.1:9014\n127.0.0.1:9015\n",
+        )
         assert srv.app.queue_config.check()
         assert srv.app.limiter.shares() == {"shared": 10}
-        assert sample(srv.scrape(), "pinlater_dequeue_rate_limit_jobs_per_second",
-                      queue="shared") == 10
+        assert (
+            sample(srv.scrape(), "pinlater_dequeue_rate_limit_jobs_per_second", queue="shared")
+            == 10
+        )
         time.sleep(1.0)  # let the (clipped) bucket refill to its new capacity
         jobs, _ = drain_for(srv, "shared", 2.0)
         assert 0.8 * 20 <= jobs <= 20 + 10 + 2 * 10, jobs  # 10/s now, not 60/s
@@ -140,12 +159,15 @@ def slow_dequeues(srv, seconds: float) -> None:
     def slow(*args, **kwargs):
         time.sleep(seconds)
         return real(*args, **kwargs)
+
     srv.app.store.dequeue = slow
 
 
 def test_admission_caps_answer_a_dequeue_burst_at_once_and_enqueues_still_pass(tmp_path):
-    config = {"server": {"worker_threads": 4},
-              "admission": {"max_concurrent_dequeues": 2, "max_concurrent_requests": 50}}
+    config = {
+        "server": {"worker_threads": 4},
+        "admission": {"max_concurrent_dequeues": 2, "max_concurrent_requests": 50},
+    }
     with OperatingServer(tmp_path, config) as srv:
         fill(srv.client(), "burst", 100)
         slow_dequeues(srv, 2.0)
@@ -168,8 +190,12 @@ def test_admission_caps_answer_a_dequeue_burst_at_once_and_enqueues_still_pass(t
             t.start()
         time.sleep(0.3)
         start = time.monotonic()
-        srv.client().enqueueJobs(CTX, T.PinLaterEnqueueRequest(
-            queueName="burst", jobs=[T.PinLaterJob(body=b"during the storm")]))
+        srv.client().enqueueJobs(
+            CTX,
+            T.PinLaterEnqueueRequest(
+                queueName="burst", jobs=[T.PinLaterJob(body=b"during the storm")]
+            ),
+        )
         enqueue_seconds = time.monotonic() - start
         for t in threads:
             t.join(10)
@@ -183,9 +209,10 @@ def test_admission_caps_answer_a_dequeue_burst_at_once_and_enqueues_still_pass(t
 
 
 def test_per_queue_dequeue_cap_leaves_room_for_other_queues(tmp_path):
-    config = {"server": {"worker_threads": 8},
-              "admission": {"max_concurrent_dequeues": 6,
-                            "max_concurrent_dequeues_per_queue": 2}}
+    config = {
+        "server": {"worker_threads": 8},
+        "admission": {"max_concurrent_dequeues": 6, "max_concurrent_dequeues_per_queue": 2},
+    }
     with OperatingServer(tmp_path, config) as srv:
         fill(srv.client(), "hot", 50)
         fill(srv.client(), "cold", 5)
@@ -210,7 +237,14 @@ def test_per_queue_dequeue_cap_leaves_room_for_other_queues(tmp_path):
         cold.start()
         for t in threads + [cold]:
             t.join(10)
-        assert sorted(outcomes) == ["cold:ok", "hot:429", "hot:429", "hot:429", "hot:ok",
-                                    "hot:ok"], outcomes
-        assert sample(srv.scrape(), "pinlater_dequeue_refused", queue="hot",
-                      reason="concurrency") == 3
+        assert sorted(outcomes) == [
+            "cold:ok",
+            "hot:429",
+            "hot:429",
+            "hot:429",
+            "hot:ok",
+            "hot:ok",
+        ], outcomes
+        assert (
+            sample(srv.scrape(), "pinlater_dequeue_refused", queue="hot", reason="concurrency") == 3
+        )

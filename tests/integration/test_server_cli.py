@@ -10,11 +10,22 @@ from pinlater.main import flag_overrides, parse_args
 
 def test_flags_override_environment_which_overrides_the_file(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"server": {"port": 1111, "host": "127.0.0.1",
-                                               "max_connections": 7}}))
+    path.write_text(
+        yaml.safe_dump({"server": {"port": 1111, "host": "127.0.0.1", "max_connections": 7}})
+    )
     env = {"PINLATER_PORT": "2222", "PINLATER_DATA_DIR": str(tmp_path / "env-data")}
-    args = parse_args(["--config", str(path), "--port", "3333",
-                       "--data-dir", str(tmp_path / "flag-data"), "--log-level", "debug"])
+    args = parse_args(
+        [
+            "--config",
+            str(path),
+            "--port",
+            "3333",
+            "--data-dir",
+            str(tmp_path / "flag-data"),
+            "--log-level",
+            "debug",
+        ]
+    )
     config = load_config(args.config, env=env, overrides=flag_overrides(args))
     assert config.server.port == 3333
     assert config.server.max_connections == 7

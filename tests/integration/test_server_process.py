@@ -15,13 +15,20 @@ import threading
 import time
 from pathlib import Path
 
+import thriftpy2.rpc
 from thriftpy2.thrift import TApplicationException, TMessageType
 from thriftpy2.transport import TFramedTransportFactory
-import thriftpy2.rpc
 
-from pinlater.idl import PinLater, PinLaterJobState, RequestContext, pinlater_thrift as T
+from pinlater.idl import PinLater, PinLaterJobState, RequestContext
+from pinlater.idl import pinlater_thrift as T
 from tests.support.server_process import (
-    REPO_ROOT, LISTENING_RE, ConnectionClosed, RawFrameClient, ServerProcess, decode_reply, encode_call,
+    LISTENING_RE,
+    REPO_ROOT,
+    ConnectionClosed,
+    RawFrameClient,
+    ServerProcess,
+    decode_reply,
+    encode_call,
 )
 
 CTX = RequestContext(source="server-process-test")
@@ -37,24 +44,31 @@ def rss_bytes(pid: int) -> int:
 
 def enqueue(client, queue: str, n: int, tag: str = "") -> list[str]:
     jobs = [T.PinLaterJob(body=f"{tag}{i}".encode()) for i in range(n)]
-    return client.enqueueJobs(CTX, T.PinLaterEnqueueRequest(queueName=queue,
-                                                            jobs=jobs)).jobDescriptors
+    return client.enqueueJobs(
+        CTX, T.PinLaterEnqueueRequest(queueName=queue, jobs=jobs)
+    ).jobDescriptors
 
 
 def test_rpc_round_trip_create_enqueue_dequeue_ack(tmp_path):
     with ServerProcess(QUIET, tmp_path) as server:
-        client = thriftpy2.rpc.make_client(PinLater, server.host, server.port,
-                                           trans_factory=TFramedTransportFactory())
+        client = thriftpy2.rpc.make_client(
+            PinLater, server.host, server.port, trans_factory=TFramedTransportFactory()
+        )
         client.createQueue(CTX, "round_trip")
         descriptors = enqueue(client, "round_trip", 3)
         assert len(descriptors) == 3
-        dequeued = client.dequeueJobs(CTX, T.PinLaterDequeueRequest(queueName="round_trip",
-                                                                   limit=10))
+        dequeued = client.dequeueJobs(
+            CTX, T.PinLaterDequeueRequest(queueName="round_trip", limit=10)
+        )
         assert sorted(dequeued.jobs) == sorted(descriptors)
         assert sorted(dequeued.jobs.values()) == [b"0", b"1", b"2"]
-        client.ackDequeuedJobs(CTX, T.PinLaterJobAckRequest(
-            queueName="round_trip",
-            jobsSucceeded=[T.PinLaterJobAckInfo(jobDescriptor=d) for d in descriptors]))
+        client.ackDequeuedJobs(
+            CTX,
+            T.PinLaterJobAckRequest(
+                queueName="round_trip",
+                jobsSucceeded=[T.PinLaterJobAckInfo(jobDescriptor=d) for d in descriptors],
+            ),
+        )
         infos = client.lookupJobs(CTX, T.PinLaterLookupJobRequest(jobDescriptors=descriptors))
         assert {info.jobState for info in infos.values()} == {PinLaterJobState.SUCCEEDED}
         client.close()
@@ -64,15 +78,24 @@ def test_rpc_round_trip_create_enqueue_dequeue_ack(tmp_path):
 def test_finagle_probe_gets_unknown_method_then_a_normal_call_works(tmp_path):
     with ServerProcess(QUIET, tmp_path) as server, server.raw() as raw:
         name, msg_type, seqid, exc = decode_reply(
-            raw.call(encode_call("__can__finagle__trace__v3__", seqid=5)))
+            raw.call(encode_call("__can__finagle__trace__v3__", seqid=5))
+        )
         assert (name, msg_type, seqid, exc.type) == (
-            "__can__finagle__trace__v3__", TMessageType.EXCEPTION, 5,
-            TApplicationException.UNKNOWN_METHOD)
+            "__can__finagle__trace__v3__",
+            TMessageType.EXCEPTION,
+            5,
+            TApplicationException.UNKNOWN_METHOD,
+        )
         name, msg_type, seqid, result = decode_reply(
             raw.call(encode_call("getQueueNames", PinLater.getQueueNames_args(context=CTX), 6)),
-            PinLater.getQueueNames_result)
-        assert (name, msg_type, seqid, result.success) == ("getQueueNames", TMessageType.REPLY,
-                                                           6, [])
+            PinLater.getQueueNames_result,
+        )
+        assert (name, msg_type, seqid, result.success) == (
+            "getQueueNames",
+            TMessageType.REPLY,
+            6,
+            [],
+        )
 
 
 def test_oversized_frames_close_quickly_without_growing_memory(tmp_path):
@@ -93,8 +116,7 @@ def test_oversized_frames_close_quickly_without_growing_memory(tmp_path):
         worker = threading.Thread(target=keep_calling)
         worker.start()
         before = rss_bytes(server.pid)
-        string_bomb = encode_call("createQueue", PinLater.createQueue_args(context=CTX,
-                                                                           name="x"))
+        string_bomb = encode_call("createQueue", PinLater.createQueue_args(context=CTX, name="x"))
         string_bomb = string_bomb[:-7] + struct.pack("!i", 2**31 - 1) + b"x\x00"
         for i in range(20):
             with server.raw() as raw:
@@ -188,8 +210,11 @@ def test_sigterm_with_enqueues_in_flight_loses_no_acknowledged_job(tmp_path):
         client = again.client(timeout=30)
         found = {}
         for i in range(0, len(descriptors), 1000):
-            found.update(client.lookupJobs(CTX, T.PinLaterLookupJobRequest(
-                jobDescriptors=descriptors[i:i + 1000])))
+            found.update(
+                client.lookupJobs(
+                    CTX, T.PinLaterLookupJobRequest(jobDescriptors=descriptors[i : i + 1000])
+                )
+            )
         assert set(found) == set(descriptors)
         assert {info.jobState for info in found.values()} == {PinLaterJobState.PENDING}
         client.close()
@@ -241,8 +266,13 @@ def test_no_arguments_serves_sqlite_from_pinlater_data_in_the_working_dir(tmp_pa
     env.update(PYTHONPATH=str(REPO_ROOT), PINLATER_METRICS_PORT="0", PINLATER_PORT="0")
     log_path = tmp_path / "server.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "pinlater"], cwd=tmp_path,
-                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pinlater"],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 20
         while not LISTENING_RE.search(log_path.read_text()) and time.monotonic() < deadline:
@@ -259,8 +289,10 @@ def test_no_arguments_serves_sqlite_from_pinlater_data_in_the_working_dir(tmp_pa
 
 def _start_with_stuck_frame(tmp_path, grace: float) -> tuple[ServerProcess, RawFrameClient]:
     """A server whose only connection is in the middle of a frame (counts as in flight)."""
-    config = {**QUIET, "server": {"shutdown_grace_seconds": grace,
-                                  "frame_read_timeout_seconds": 60}}
+    config = {
+        **QUIET,
+        "server": {"shutdown_grace_seconds": grace, "frame_read_timeout_seconds": 60},
+    }
     server = ServerProcess(config, tmp_path).start()
     raw = server.raw()
     raw.send(struct.pack("!i", 100) + b"\x80\x01")

@@ -17,7 +17,10 @@ from thriftpy2.thrift import TApplicationException, TMessageType
 from pinlater.idl import PinLater, PinLaterException, RequestContext, pinlater_thrift
 from tests.integration.conftest import run_inproc
 from tests.support.server_process import (
-    RawFrameClient, decode_reply, encode_call, make_thrift_client,
+    RawFrameClient,
+    decode_reply,
+    encode_call,
+    make_thrift_client,
 )
 
 CTX = RequestContext(source="transport-test")
@@ -36,7 +39,8 @@ def test_thrift_client_round_trip_over_framed_binary(inproc_server):
     client = make_thrift_client(inproc_server.host, inproc_server.port)
     client.createQueue(CTX, "q1")
     request = pinlater_thrift.PinLaterEnqueueRequest(
-        queueName="q1", jobs=[pinlater_thrift.PinLaterJob(body=b"x")] * 3)
+        queueName="q1", jobs=[pinlater_thrift.PinLaterJob(body=b"x")] * 3
+    )
     assert client.enqueueJobs(CTX, request).jobDescriptors == [f"q1:s1:p1:{i}" for i in range(3)]
     assert set(client.getQueueNames(CTX)) == {"q1"}
     client.close()
@@ -45,20 +49,29 @@ def test_thrift_client_round_trip_over_framed_binary(inproc_server):
 def test_finagle_probe_gets_unknown_method_and_the_connection_keeps_working(inproc_server):
     with RawFrameClient(inproc_server.host, inproc_server.port) as raw:
         name, msg_type, seqid, exc = decode_reply(
-            raw.call(encode_call("__can__finagle__trace__v3__", seqid=42)))
-        assert (name, msg_type, seqid) == ("__can__finagle__trace__v3__",
-                                           TMessageType.EXCEPTION, 42)
+            raw.call(encode_call("__can__finagle__trace__v3__", seqid=42))
+        )
+        assert (name, msg_type, seqid) == (
+            "__can__finagle__trace__v3__",
+            TMessageType.EXCEPTION,
+            42,
+        )
         assert exc.type == TApplicationException.UNKNOWN_METHOD
         name, msg_type, seqid, result = decode_reply(
-            raw.call(create_queue_call("after_probe", 43)), PinLater.createQueue_result)
+            raw.call(create_queue_call("after_probe", 43)), PinLater.createQueue_result
+        )
         assert (name, msg_type, seqid, result.e) == ("createQueue", TMessageType.REPLY, 43, None)
     assert "after_probe" in inproc_server.handler.queues
 
 
 def test_pipelined_frames_are_answered_in_order(inproc_server):
     with RawFrameClient(inproc_server.host, inproc_server.port) as raw:
-        raw.send(b"".join(struct.pack("!i", len(p)) + p
-                          for p in (create_queue_call("p1", 7), create_queue_call("p2", 8))))
+        raw.send(
+            b"".join(
+                struct.pack("!i", len(p)) + p
+                for p in (create_queue_call("p1", 7), create_queue_call("p2", 8))
+            )
+        )
         assert [decode_reply(raw.read_frame())[2] for _ in range(2)] == [7, 8]
 
 
@@ -75,9 +88,16 @@ def test_oversized_frame_header_closes_only_that_connection(inproc_server):
     healthy.close()
 
 
-@pytest.mark.parametrize("header", [struct.pack("!i", 0), struct.pack("!i", -5),
-                                    b"GET / HTTP/1.1\r\n\r\n", call_header("createQueue")],
-                         ids=["zero", "negative", "http", "unframed"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        struct.pack("!i", 0),
+        struct.pack("!i", -5),
+        b"GET / HTTP/1.1\r\n\r\n",
+        call_header("createQueue"),
+    ],
+    ids=["zero", "negative", "http", "unframed"],
+)
 def test_invalid_frame_length_closes_the_connection(inproc_server, header):
     with RawFrameClient(inproc_server.host, inproc_server.port) as raw:
         raw.send(header)
@@ -87,13 +107,17 @@ def test_invalid_frame_length_closes_the_connection(inproc_server, header):
     client.close()
 
 
-@pytest.mark.parametrize("payload", [b"this is not thrift at all",
-                                     b"\x80\x02\x00\x01" + create_queue_call("v")[4:],
-                                     call_header("createQueue")[:6],
-                                     b"\x80\x01\x00\x02" + create_queue_call("r")[4:]],
-                         ids=["garbage", "bad-version", "truncated-header", "reply-not-call"])
-def test_malformed_message_closes_the_connection_and_server_keeps_serving(inproc_server,
-                                                                           payload):
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"this is not thrift at all",
+        b"\x80\x02\x00\x01" + create_queue_call("v")[4:],
+        call_header("createQueue")[:6],
+        b"\x80\x01\x00\x02" + create_queue_call("r")[4:],
+    ],
+    ids=["garbage", "bad-version", "truncated-header", "reply-not-call"],
+)
+def test_malformed_message_closes_the_connection_and_server_keeps_serving(inproc_server, payload):
     with RawFrameClient(inproc_server.host, inproc_server.port) as raw:
         raw.send_frame(payload)
         assert raw.wait_closed(2.0)
@@ -102,8 +126,7 @@ def test_malformed_message_closes_the_connection_and_server_keeps_serving(inproc
     client.close()
 
 
-def test_undeclared_handler_exception_becomes_internal_error_and_connection_survives(
-        inproc_server):
+def test_undeclared_handler_exception_becomes_internal_error_and_connection_survives(inproc_server):
     client = make_thrift_client(inproc_server.host, inproc_server.port)
     with pytest.raises(TApplicationException) as info:
         client.createQueue(CTX, "boom")
@@ -132,8 +155,9 @@ def _protocol_error_then_ok(server, payload: bytes) -> float:
 
 
 def test_invalid_utf8_in_a_string_field_gets_protocol_error(inproc_server):
-    payload = call_header("createQueue", 9) + b"\x0b\x00\x02" + struct.pack("!i", 2) + \
-        b"\xff\xfe\x00"
+    payload = (
+        call_header("createQueue", 9) + b"\x0b\x00\x02" + struct.pack("!i", 2) + b"\xff\xfe\x00"
+    )
     _protocol_error_then_ok(inproc_server, payload)
     assert inproc_server.handler.queues == {"ok"}
 
@@ -146,8 +170,13 @@ def test_string_length_past_the_frame_end_is_rejected_at_once(inproc_server):
 @pytest.mark.parametrize("elem_type", [0, 1, 19, 255])
 def test_huge_container_of_zero_width_elements_is_rejected_at_once(inproc_server, elem_type):
     # thriftpy2's decoder would loop 2**31 times over elements that consume no bytes
-    payload = call_header("createQueue", 9) + b"\x0f\x00\x09" + bytes([elem_type]) + \
-        struct.pack("!i", 2**31 - 1) + b"\x00"
+    payload = (
+        call_header("createQueue", 9)
+        + b"\x0f\x00\x09"
+        + bytes([elem_type])
+        + struct.pack("!i", 2**31 - 1)
+        + b"\x00"
+    )
     assert _protocol_error_then_ok(inproc_server, payload) < 0.5
 
 
@@ -193,7 +222,8 @@ def test_shutdown_lets_in_flight_request_finish_and_closes_idle_connections():
         replies: list = []
         busy = RawFrameClient(server.host, server.port)
         caller = threading.Thread(
-            target=lambda: replies.append(decode_reply(busy.call(create_queue_call("slow_600")))))
+            target=lambda: replies.append(decode_reply(busy.call(create_queue_call("slow_600"))))
+        )
         caller.start()
         assert server.handler.started.acquire(timeout=5)
         server.server.request_shutdown()

@@ -14,10 +14,10 @@ import warnings
 
 import pytest
 
-from pinlater.common.sections import ConfigError
-from pinlater.config import TlsConfig
 from pinlater.app import load_config
+from pinlater.common.sections import ConfigError
 from pinlater.common.tls import client_context
+from pinlater.config import TlsConfig
 from tests.fuzz.certs import OPENSSL, make_certs
 from tests.integration.conftest import run_inproc
 from tests.support.server_process import RawFrameClient, ServerProcess, encode_call
@@ -32,17 +32,35 @@ def certs(tmp_path_factory):
     return make_certs(tmp_path_factory.mktemp("certs"))
 
 
-def tls_settings(certs, *, mutual: bool = False, cert: str | None = None,
-                 key: str | None = None, handshake: float = 5.0) -> dict:
-    return {"tls": TlsConfig(enabled=True, cert_file=cert or certs.server_cert,
-                             key_file=key or certs.server_key,
-                             client_ca_file=certs.ca if mutual else None,
-                             handshake_timeout_seconds=handshake)}
+def tls_settings(
+    certs,
+    *,
+    mutual: bool = False,
+    cert: str | None = None,
+    key: str | None = None,
+    handshake: float = 5.0,
+) -> dict:
+    return {
+        "tls": TlsConfig(
+            enabled=True,
+            cert_file=cert or certs.server_cert,
+            key_file=key or certs.server_key,
+            client_ca_file=certs.ca if mutual else None,
+            handshake_timeout_seconds=handshake,
+        )
+    }
 
 
 def client(server, tls, **kwargs) -> PinLaterClient:
-    return PinLaterClient([f"127.0.0.1:{server.port}"], source="tls-test", tls=tls, retries=0,
-                          connect_timeout=2.0, timeout=5.0, **kwargs)
+    return PinLaterClient(
+        [f"127.0.0.1:{server.port}"],
+        source="tls-test",
+        tls=tls,
+        retries=0,
+        connect_timeout=2.0,
+        timeout=5.0,
+        **kwargs,
+    )
 
 
 def test_tls_client_round_trip(certs):
@@ -135,15 +153,15 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(certs):
         with pytest.raises(PinLaterTransportError):
             with client(server, certs.ca) as c:
                 c.queue_names()
-        with client(server, client_context(certs.ca, certs.client_cert,
-                                           certs.client_key)) as c:
+        with client(server, client_context(certs.ca, certs.client_cert, certs.client_key)) as c:
             c.create_queue("mutual")
         assert server.handler.queues == {"mutual"}
 
 
 def test_client_refuses_a_server_certificate_for_another_host_name(certs):
-    with run_inproc(**tls_settings(certs, cert=certs.other_host_cert,
-                                   key=certs.other_host_key)) as server:
+    with run_inproc(
+        **tls_settings(certs, cert=certs.other_host_cert, key=certs.other_host_key)
+    ) as server:
         with pytest.raises(PinLaterTransportError) as info:
             client(server, certs.ca).queue_names()
         assert "cannot connect" in str(info.value)
@@ -166,26 +184,43 @@ def test_tls_argument_must_be_a_known_kind():
 def test_tls_config_problems_are_reported_with_key_paths(certs, tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(overrides={"server": {"tls": {"enabled": True}}})
-    assert info.value.problems == [
-        "server.tls.cert_file: required when server.tls.enabled is true"]
+    assert info.value.problems == ["server.tls.cert_file: required when server.tls.enabled is true"]
     with pytest.raises(ConfigError) as info:
-        load_config(overrides={"server": {"tls": {
-            "enabled": True, "cert_file": certs.server_cert, "key_file": certs.client_key,
-            "client_ca_file": str(tmp_path / "missing.pem"), "handshake_timeout_seconds": 0,
-            "colour": "blue"}}})
+        load_config(
+            overrides={
+                "server": {
+                    "tls": {
+                        "enabled": True,
+                        "cert_file": certs.server_cert,
+                        "key_file": certs.client_key,
+                        "client_ca_file": str(tmp_path / "missing.pem"),
+                        "handshake_timeout_seconds": 0,
+                        "colour": "blue",
+                    }
+                }
+            }
+        )
     problems = "\n".join(info.value.problems)
-    for key in ("server.tls.colour", "server.tls.handshake_timeout_seconds",
-                "server.tls.cert_file", "server.tls.client_ca_file"):
+    for key in (
+        "server.tls.colour",
+        "server.tls.handshake_timeout_seconds",
+        "server.tls.cert_file",
+        "server.tls.client_ca_file",
+    ):
         assert key in problems
     config = load_config(overrides={"server": {"tls": {"enabled": "false"}}})
     assert config.server.tls == TlsConfig()
 
 
 def test_server_process_serves_tls_from_its_yaml_config(certs, tmp_path):
-    tls = {"enabled": True, "cert_file": certs.server_cert, "key_file": certs.server_key,
-           "client_ca_file": certs.ca, "handshake_timeout_seconds": 2}
-    with ServerProcess({"janitor": {"enabled": False}, "server": {"tls": tls}},
-                       tmp_path) as server:
+    tls = {
+        "enabled": True,
+        "cert_file": certs.server_cert,
+        "key_file": certs.server_key,
+        "client_ca_file": certs.ca,
+        "handshake_timeout_seconds": 2,
+    }
+    with ServerProcess({"janitor": {"enabled": False}, "server": {"tls": tls}}, tmp_path) as server:
         mutual = client_context(certs.ca, certs.client_cert, certs.client_key)
         with client(server, mutual) as c:
             c.create_queue("yaml_tls")
@@ -204,13 +239,25 @@ def test_cli_talks_tls_with_a_ca_file_and_fails_clearly_without_it(certs):
     with run_inproc(**tls_settings(certs)) as server:
         base = ["--port", str(server.port), "--timeout", "3", "--retries", "0"]
         out = io.StringIO()
-        assert cli.main(base + ["--tls-ca", certs.ca, "create", "--queue", "cli_tls"],
-                        out=out, err=io.StringIO()) == 0
+        assert (
+            cli.main(
+                base + ["--tls-ca", certs.ca, "create", "--queue", "cli_tls"],
+                out=out,
+                err=io.StringIO(),
+            )
+            == 0
+        )
         assert server.handler.queues == {"cli_tls"}
         err = io.StringIO()
         assert cli.main(base + ["--tls", "get_queue_names"], out=io.StringIO(), err=err) == 3
         assert err.getvalue().strip()  # one clear line: the system CAs do not know our CA
         err = io.StringIO()
-        assert cli.main(base + ["--tls-ca", "/nonexistent/ca.pem", "get_queue_names"],
-                        out=io.StringIO(), err=err) == 2
+        assert (
+            cli.main(
+                base + ["--tls-ca", "/nonexistent/ca.pem", "get_queue_names"],
+                out=io.StringIO(),
+                err=err,
+            )
+            == 2
+        )
         assert "TLS" in err.getvalue()

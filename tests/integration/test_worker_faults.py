@@ -55,12 +55,18 @@ def states(client, ids):
     return collections.Counter(i.state for i in client.lookup(ids).values())
 
 
-def test_kill_9_mid_job_the_job_comes_back_after_the_claim_timeout(server, client, queue,
-                                                                   tmp_path):
+def test_kill_9_mid_job_the_job_comes_back_after_the_claim_timeout(server, client, queue, tmp_path):
     ids = client.enqueue(queue, [b"sleep=0.1"] * 5)
     record = tmp_path / "runs.jsonl"
-    with WorkerProcess(tmp_path, servers_of(server), queue, record, name="doomed",
-                       extra_args=("--concurrency", "2"), env={"WORKER_SLEEP": "30"}) as doomed:
+    with WorkerProcess(
+        tmp_path,
+        servers_of(server),
+        queue,
+        record,
+        name="doomed",
+        extra_args=("--concurrency", "2"),
+        env={"WORKER_SLEEP": "30"},
+    ) as doomed:
         wait_for(lambda: len(events(read_records(record), "start")) == 2, 20, what="2 starts")
         doomed.proc.kill()
         assert doomed.wait(10) == -signal.SIGKILL
@@ -73,25 +79,34 @@ def test_kill_9_mid_job_the_job_comes_back_after_the_claim_timeout(server, clien
     assert ends == {d: 1 for d in ids}
     starts = collections.Counter(r["descriptor"] for r in events(records, "start"))
     assert starts == {d: 2 if d in killed else 1 for d in ids}
-    reruns = [r for r in events(records, "start") if r["descriptor"] in killed and
-              r["pid"] != doomed.pid]
+    reruns = [
+        r for r in events(records, "start") if r["descriptor"] in killed and r["pid"] != doomed.pid
+    ]
     assert sorted(r["attempt"] for r in reruns) == [2, 2]  # the claim expiry used an attempt
 
 
-def test_sigterm_finishes_and_acks_running_jobs_without_taking_new_ones(server, client, queue,
-                                                                       tmp_path):
+def test_sigterm_finishes_and_acks_running_jobs_without_taking_new_ones(
+    server, client, queue, tmp_path
+):
     ids = client.enqueue(queue, [b"sleep=1.5"] * 6)
     record = tmp_path / "runs.jsonl"
-    with WorkerProcess(tmp_path, servers_of(server), queue, record, name="first",
-                       extra_args=("--concurrency", "3")) as first:
+    with WorkerProcess(
+        tmp_path, servers_of(server), queue, record, name="first", extra_args=("--concurrency", "3")
+    ) as first:
         wait_for(lambda: len(events(read_records(record), "start")) == 3, 20, what="3 starts")
         first.signal(signal.SIGTERM)
         assert first.wait(15) == 0, first.log()
     records = read_records(record)
     assert len(events(records, "end")) == 3
     assert states(client, ids) == {JobState.SUCCEEDED: 3, JobState.PENDING: 3}
-    with WorkerProcess(tmp_path, servers_of(server), queue, record, name="second",
-                       extra_args=("--concurrency", "3")):
+    with WorkerProcess(
+        tmp_path,
+        servers_of(server),
+        queue,
+        record,
+        name="second",
+        extra_args=("--concurrency", "3"),
+    ):
         wait_for(lambda: states(client, ids)[JobState.SUCCEEDED] == 6, 20, what="all 6 done")
     starts = collections.Counter(r["descriptor"] for r in events(read_records(record), "start"))
     assert starts == {d: 1 for d in ids}  # nothing lost, nothing run twice
@@ -108,39 +123,61 @@ def test_a_second_signal_exits_at_once(server, client, queue, tmp_path):
         worker.signal(signal.SIGTERM)
         assert worker.wait(3) == 128 + signal.SIGTERM
     assert client.lookup([job_id])[job_id].state is JobState.IN_PROGRESS
-    wait_for(lambda: client.lookup([job_id])[job_id].state is JobState.PENDING, 10,
-             what="the claim to expire")
+    wait_for(
+        lambda: client.lookup([job_id])[job_id].state is JobState.PENDING,
+        10,
+        what="the claim to expire",
+    )
 
 
-def test_a_paused_worker_cannot_ack_the_job_another_worker_now_holds(server, client, queue,
-                                                                     tmp_path):
+def test_a_paused_worker_cannot_ack_the_job_another_worker_now_holds(
+    server, client, queue, tmp_path
+):
     [job_id] = client.enqueue(queue, [Job(b"sleep=1", attempts=3)])
     record = tmp_path / "runs.jsonl"
     heartbeat = ("--heartbeat", "0.5s")
-    with WorkerProcess(tmp_path, servers_of(server), queue, record, name="paused",
-                       extra_args=heartbeat) as paused:
+    with WorkerProcess(
+        tmp_path, servers_of(server), queue, record, name="paused", extra_args=heartbeat
+    ) as paused:
         wait_for(lambda: read_records(record), 20, what="the first run to start")
         paused.signal(signal.SIGSTOP)
         first_claim = client.lookup([job_id])[job_id].claim
-        wait_for(lambda: client.lookup([job_id])[job_id].state is JobState.PENDING, 10,
-                 what="the janitor to take the job back")
-        with WorkerProcess(tmp_path, servers_of(server), queue, record, name="second",
-                           extra_args=heartbeat,
-                           env={"WORKER_SLEEP": "6", "WORKER_FAIL": "1"}) as second:
-            wait_for(lambda: len(events(read_records(record), "start")) == 2, 20,
-                     what="the second worker to start the job")
+        wait_for(
+            lambda: client.lookup([job_id])[job_id].state is JobState.PENDING,
+            10,
+            what="the janitor to take the job back",
+        )
+        with WorkerProcess(
+            tmp_path,
+            servers_of(server),
+            queue,
+            record,
+            name="second",
+            extra_args=heartbeat,
+            env={"WORKER_SLEEP": "6", "WORKER_FAIL": "1"},
+        ) as second:
+            wait_for(
+                lambda: len(events(read_records(record), "start")) == 2,
+                20,
+                what="the second worker to start the job",
+            )
             second_claim = wait_for(lambda: client.lookup([job_id])[job_id].claim, 5)
             assert second_claim != first_claim
             paused.signal(signal.SIGCONT)
-            wait_for(lambda: any(r["pid"] == paused.pid for r in
-                                 events(read_records(record), "end")), 10,
-                     what="the paused worker to finish its (stale) run")
+            wait_for(
+                lambda: any(r["pid"] == paused.pid for r in events(read_records(record), "end")),
+                10,
+                what="the paused worker to finish its (stale) run",
+            )
             paused.signal(signal.SIGTERM)
             assert paused.wait(15) == 0, paused.log()  # exits only after sending its ack
             info = client.lookup([job_id])[job_id]
             assert info.state is JobState.IN_PROGRESS and info.claim == second_claim
-            wait_for(lambda: client.lookup([job_id])[job_id].state is JobState.FAILED, 15,
-                     what="the second worker's FailJob")
+            wait_for(
+                lambda: client.lookup([job_id])[job_id].state is JobState.FAILED,
+                15,
+                what="the second worker's FailJob",
+            )
             second.signal(signal.SIGTERM)
             assert second.wait(15) == 0, second.log()
     info = client.lookup([job_id])[job_id]
@@ -169,19 +206,22 @@ def test_worker_reconnects_by_itself_after_a_server_restart(tmp_path):
             client.create_queue("restart_q")
             ids = client.enqueue("restart_q", [b"x"] * 20)
             handler = Recorder()
-            worker = Worker(client, "restart_q", handler, concurrency=2,
-                            error_backoff=(0.05, 0.5))
+            worker = Worker(client, "restart_q", handler, concurrency=2, error_backoff=(0.05, 0.5))
             thread = worker.start()
             try:
                 wait_for(lambda: len(handler.done) >= 5, 20, what="5 jobs done")
                 first.kill()
                 time.sleep(1.0)  # the worker meets a dead server for a while
-                second = ServerProcess(CONFIG, tmp_path, port=port, data_dir=first.data_dir,
-                                       name="server2").start()
+                second = ServerProcess(
+                    CONFIG, tmp_path, port=port, data_dir=first.data_dir, name="server2"
+                ).start()
                 try:
                     ids += client.enqueue("restart_q", [b"y"] * 10)
-                    wait_for(lambda: states(client, ids)[JobState.SUCCEEDED] == 30, 30,
-                             what="all 30 jobs done after the restart")
+                    wait_for(
+                        lambda: states(client, ids)[JobState.SUCCEEDED] == 30,
+                        30,
+                        what="all 30 jobs done after the restart",
+                    )
                 finally:
                     worker.stop()
                     thread.join(20)
@@ -201,8 +241,10 @@ def test_client_fails_over_when_one_of_two_servers_is_killed(tmp_path):
     one = ServerProcess(CONFIG, tmp_path, name="one").start()
     two = ServerProcess(CONFIG, tmp_path, data_dir=one.data_dir, name="two").start()
     try:
-        with PinLaterClient(servers_of(one, two), source="failover-test") as client, \
-                PinLaterClient(servers_of(two), source="observer") as observer:
+        with (
+            PinLaterClient(servers_of(one, two), source="failover-test") as client,
+            PinLaterClient(servers_of(two), source="observer") as observer,
+        ):
             client.create_queue("failover_q")
             ids = client.enqueue("failover_q", [b"x"] * 40)
             handler = Recorder()
@@ -212,8 +254,11 @@ def test_client_fails_over_when_one_of_two_servers_is_killed(tmp_path):
                 wait_for(lambda: len(handler.done) >= 10, 20, what="10 jobs done")
                 one.kill()
                 ids += observer.enqueue("failover_q", [b"y"] * 10)
-                wait_for(lambda: states(observer, ids)[JobState.SUCCEEDED] == 50, 30,
-                         what="all 50 jobs done through the surviving server")
+                wait_for(
+                    lambda: states(observer, ids)[JobState.SUCCEEDED] == 50,
+                    30,
+                    what="all 50 jobs done through the surviving server",
+                )
             finally:
                 worker.stop()
                 thread.join(20)

@@ -19,7 +19,13 @@ from tests.integration.worker_handlers import wait_for
 from tests.support.server_process import ServerProcess
 from tests.support.storage import KINDS, backend_section
 from worker_sdk import (
-    ConstantRetry, FailJob, Job, JobState, PinLaterClient, RetryJob, Worker,
+    ConstantRetry,
+    FailJob,
+    Job,
+    JobState,
+    PinLaterClient,
+    RetryJob,
+    Worker,
 )
 
 CLAIM_TIMEOUT = 2.0
@@ -30,8 +36,10 @@ _names = itertools.count()
 @pytest.fixture(scope="module", params=KINDS)
 def server(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"worker_outcomes_{request.param}")
-    with backend_section(request.param, tmp) as backend, \
-            ServerProcess({**CONFIG, "backend": backend}, tmp) as running:
+    with (
+        backend_section(request.param, tmp) as backend,
+        ServerProcess({**CONFIG, "backend": backend}, tmp) as running,
+    ):
         yield running
 
 
@@ -133,8 +141,11 @@ def test_exception_fails_the_attempt_with_the_policy_delay_and_a_truncated_statu
         raise ValueError("boom " + "x" * 5000)
 
     with running(Worker(client, queue, handler, retry=ConstantRetry(30), status_max_chars=200)):
-        wait_for(lambda: state_of(client, job_id).state is JobState.PENDING
-                 and runs.count() == 1, 10, what="failure ack")
+        wait_for(
+            lambda: state_of(client, job_id).state is JobState.PENDING and runs.count() == 1,
+            10,
+            what="failure ack",
+        )
     info = state_of(client, job_id)
     assert info.attempts_remaining == 2
     assert 29_000 <= info.run_after_ms - info.updated_at_ms <= 30_500
@@ -153,10 +164,12 @@ def test_retry_job_delay_overrides_the_policy(client, queue):
             raise RetryJob("not yet", delay=0.5)
 
     started = time.monotonic()
-    with running(Worker(client, queue, handler, retry=ConstantRetry(60),
-                        idle_backoff=(0.05, 0.1))):
-        wait_for(lambda: state_of(client, job_id).state is JobState.SUCCEEDED, 10,
-                 what="success on the retry")
+    with running(Worker(client, queue, handler, retry=ConstantRetry(60), idle_backoff=(0.05, 0.1))):
+        wait_for(
+            lambda: state_of(client, job_id).state is JobState.SUCCEEDED,
+            10,
+            what="success on the retry",
+        )
     assert time.monotonic() - started >= 0.5
     assert [a for _, a, _ in runs.calls] == [1, 2]
     info = state_of(client, job_id)
@@ -302,8 +315,7 @@ def test_shutdown_deadline_leaves_a_stuck_job_for_the_claim_timeout(client, queu
 
     worker = Worker(client, queue, handler, shutdown_timeout=0.5)
     result = {}
-    thread = threading.Thread(target=lambda: result.update(clean=worker.run(
-        handle_signals=False)))
+    thread = threading.Thread(target=lambda: result.update(clean=worker.run(handle_signals=False)))
     thread.start()
     try:
         assert started.wait(10)
@@ -312,7 +324,10 @@ def test_shutdown_deadline_leaves_a_stuck_job_for_the_claim_timeout(client, queu
         thread.join(10)
         assert time.monotonic() - begun < 3 and result == {"clean": False}
         assert state_of(client, job_id).state is JobState.IN_PROGRESS
-        wait_for(lambda: state_of(client, job_id).state is JobState.PENDING, 10,
-                 what="the janitor to reclaim it")
+        wait_for(
+            lambda: state_of(client, job_id).state is JobState.PENDING,
+            10,
+            what="the janitor to reclaim it",
+        )
     finally:
         release.set()

@@ -41,8 +41,18 @@ def _sleep_of(body: str) -> float:
 
 
 def _write(event: str, job: JobContext, body: str) -> None:
-    line = json.dumps({"event": event, "descriptor": job.descriptor, "pid": os.getpid(),
-                       "attempt": job.attempt, "body": body}) + "\n"
+    line = (
+        json.dumps(
+            {
+                "event": event,
+                "descriptor": job.descriptor,
+                "pid": os.getpid(),
+                "attempt": job.attempt,
+                "body": body,
+            }
+        )
+        + "\n"
+    )
     fd = os.open(os.environ["WORKER_RECORD_FILE"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.write(fd, line.encode())
@@ -72,23 +82,54 @@ def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "con
 class WorkerProcess:
     """`python -m worker_sdk.worker_cli` running the `record` handler, output to a log file."""
 
-    def __init__(self, tmp_dir: Path, servers: str, queue: str, record_file: Path, *,
-                 name: str = "worker", extra_args: tuple = (), env: dict | None = None):
+    def __init__(
+        self,
+        tmp_dir: Path,
+        servers: str,
+        queue: str,
+        record_file: Path,
+        *,
+        name: str = "worker",
+        extra_args: tuple = (),
+        env: dict | None = None,
+    ):
         self.log_path = Path(tmp_dir) / f"{name}.log"
-        self.cmd = [sys.executable, "-m", "worker_sdk.worker_cli", "--queue", queue,
-                    "--handler", "tests.integration.worker_handlers:record",
-                    "--servers", servers, "--source", f"test-{name}", "--no-status",
-                    *extra_args]
-        self.env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1",
-                    "WORKER_RECORD_FILE": str(record_file), **(env or {})}
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "worker_sdk.worker_cli",
+            "--queue",
+            queue,
+            "--handler",
+            "tests.integration.worker_handlers:record",
+            "--servers",
+            servers,
+            "--source",
+            f"test-{name}",
+            "--no-status",
+            *extra_args,
+        ]
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO_ROOT),
+            "PYTHONUNBUFFERED": "1",
+            "WORKER_RECORD_FILE": str(record_file),
+            **(env or {}),
+        }
         self.proc: subprocess.Popen | None = None
         self._log = None
 
     def start(self) -> WorkerProcess:
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.cmd, cwd=REPO_ROOT, env=self.env,
-                                     stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.cmd,
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         return self
 
     @property

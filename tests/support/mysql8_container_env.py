@@ -27,7 +27,12 @@ def start(tmp_dir: Path) -> Iterator[BackendUnderTest]:
     except ImportError:
         unavailable("testcontainers is not installed (pip install -e '.[docker]')")
     with MySqlContainer(IMAGE, username="root", password="pinlater") as mysql:
-        shard = {"name": "1", "host": mysql.get_container_host_ip(),
-                 "port": int(mysql.get_exposed_port(3306)), "user": "root",
-                 "password": "pinlater", "connect_timeout_seconds": 5.0}
+        shard = {
+            "name": "1",
+            "host": mysql.get_container_host_ip(),
+            "port": int(mysql.get_exposed_port(3306)),
+            "user": "root",
+            "password": "pinlater",
+            "connect_timeout_seconds": 5.0,
+        }
         yield BackendUnderTest(kind="mysql", shards=[shard])

@@ -51,8 +51,9 @@ class MariaDBServer(StorageProcess):
     name = "mariadbd"
     startup_timeout = STARTUP_TIMEOUT_SECONDS
 
-    def __init__(self, base_dir: Path, *, flush_log_at_trx_commit: int = 1,
-                 extra: Sequence[str] = ()):
+    def __init__(
+        self, base_dir: Path, *, flush_log_at_trx_commit: int = 1, extra: Sequence[str] = ()
+    ):
         super().__init__()
         self.base_dir = Path(base_dir)
         self.data_dir = self.base_dir / "data"
@@ -65,9 +66,15 @@ class MariaDBServer(StorageProcess):
     def install(self) -> MariaDBServer:
         """Create the system tables in a fresh datadir (root@localhost, empty password)."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        args = [_which(_INSTALL_BINARIES), "--no-defaults", f"--datadir={self.data_dir}",
-                "--auth-root-authentication-method=normal", "--skip-test-db",
-                "--skip-name-resolve", *_SMALL]
+        args = [
+            _which(_INSTALL_BINARIES),
+            "--no-defaults",
+            f"--datadir={self.data_dir}",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+            "--skip-name-resolve",
+            *_SMALL,
+        ]
         if os.geteuid() == 0:
             args.append("--user=root")
         with open(self.base_dir / "install.log", "wb") as log:
@@ -77,12 +84,21 @@ class MariaDBServer(StorageProcess):
         return self
 
     def args(self) -> list[str]:
-        args = [_which(_SERVER_BINARIES), "--no-defaults", f"--datadir={self.data_dir}",
-                f"--socket={self.socket_dir / 'mysqld.sock'}", f"--port={self.port}",
-                "--bind-address=127.0.0.1", "--skip-name-resolve",
-                f"--innodb-flush-log-at-trx-commit={self.flush_log_at_trx_commit}",
-                f"--log-error={self.log_file}", f"--pid-file={self.base_dir / 'mariadbd.pid'}",
-                "--max-connections=400", "--max-allowed-packet=64M", *_SMALL]
+        args = [
+            _which(_SERVER_BINARIES),
+            "--no-defaults",
+            f"--datadir={self.data_dir}",
+            f"--socket={self.socket_dir / 'mysqld.sock'}",
+            f"--port={self.port}",
+            "--bind-address=127.0.0.1",
+            "--skip-name-resolve",
+            f"--innodb-flush-log-at-trx-commit={self.flush_log_at_trx_commit}",
+            f"--log-error={self.log_file}",
+            f"--pid-file={self.base_dir / 'mariadbd.pid'}",
+            "--max-connections=400",
+            "--max-allowed-packet=64M",
+            *_SMALL,
+        ]
         if os.geteuid() == 0:
             args.append("--user=root")
         return args + self.extra
@@ -101,8 +117,9 @@ class MariaDBServer(StorageProcess):
 
     def connect(self, **kwargs) -> pymysql.Connection:
         options = {"autocommit": True, "connect_timeout": 2, **kwargs}
-        return pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="",
-                               **options)
+        return pymysql.connect(
+            host="127.0.0.1", port=self.port, user="root", password="", **options
+        )
 
     def query(self, sql: str, args=None) -> list[tuple]:
         with contextlib.closing(self.connect()) as conn, conn.cursor() as cur:
@@ -111,9 +128,16 @@ class MariaDBServer(StorageProcess):
 
     def shard(self, name: str, **overrides) -> dict:
         """The YAML instance entry for this server."""
-        return {"name": name, "host": "127.0.0.1", "port": self.port, "user": "root",
-                "connect_timeout_seconds": 1.0, "read_timeout_seconds": 10.0,
-                "write_timeout_seconds": 10.0, **overrides}
+        return {
+            "name": name,
+            "host": "127.0.0.1",
+            "port": self.port,
+            "user": "root",
+            "connect_timeout_seconds": 1.0,
+            "read_timeout_seconds": 10.0,
+            "write_timeout_seconds": 10.0,
+            **overrides,
+        }
 
     def cleanup(self) -> None:
         self.kill()
@@ -136,7 +160,7 @@ def running_server(base_dir: Path, **kwargs) -> Iterator[MariaDBServer]:
 def start(tmp_dir: Path) -> Iterator[BackendUnderTest]:
     """Two instances: "1" (two databases per queue: shards "1", "1d1") and "2"."""
     tmp_dir = Path(tmp_dir)
-    with running_server(tmp_dir / "mariadb1") as one, \
-            running_server(tmp_dir / "mariadb2") as two:
-        yield BackendUnderTest(kind="mysql", shards=[
-            one.shard("1", databases_per_queue=2), two.shard("2")])
+    with running_server(tmp_dir / "mariadb1") as one, running_server(tmp_dir / "mariadb2") as two:
+        yield BackendUnderTest(
+            kind="mysql", shards=[one.shard("1", databases_per_queue=2), two.shard("2")]
+        )

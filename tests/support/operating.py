@@ -18,8 +18,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pinlater.app import App
-from pinlater.app import load_config
+from pinlater.app import App, load_config
 from pinlater.idl import PinLater
 from pinlater.main import bind
 from pinlater.server.loop import Server
@@ -30,17 +29,27 @@ from tests.support.server_process import free_port, make_thrift_client
 def merge(base: dict, extra: dict) -> dict:
     out = dict(base)
     for key, value in extra.items():
-        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(
-            out.get(key), dict) else value
+        out[key] = (
+            merge(out[key], value)
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
+            else value
+        )
     return out
 
 
 class OperatingServer:
-    def __init__(self, tmp_path: Path, config: dict[str, Any] | None = None,
-                 shards: tuple[str, ...] = ("1", "2")):
+    def __init__(
+        self,
+        tmp_path: Path,
+        config: dict[str, Any] | None = None,
+        shards: tuple[str, ...] = ("1", "2"),
+    ):
         base = {
-            "backend": {"kind": "sqlite", "data_dir": str(tmp_path / "data"),
-                        "shards": [{"name": s} for s in shards]},
+            "backend": {
+                "kind": "sqlite",
+                "data_dir": str(tmp_path / "data"),
+                "shards": [{"name": s} for s in shards],
+            },
             "metrics": {"port": free_port(), "depth_interval_seconds": 0.2},
             "janitor": {"enabled": False},
             "server": {"shutdown_grace_seconds": 5.0},
@@ -51,13 +60,14 @@ class OperatingServer:
         self._thread: threading.Thread | None = None
         self._clients: list = []
 
-    def __enter__(self) -> "OperatingServer":
+    def __enter__(self) -> OperatingServer:
         self.app = App(self.config)
         try:
             self.app.start_background()
             sock = bind("127.0.0.1", 0)
-            self.server = Server(sock, self.config.server,
-                                 Dispatcher(PinLater, self.app.handler), self.app.admission)
+            self.server = Server(
+                sock, self.config.server, Dispatcher(PinLater, self.app.handler), self.app.admission
+            )
             self.app.attach_server(self.server)
             self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
             self._thread.start()
@@ -107,7 +117,10 @@ def sample(families: dict, family: str, name: str | None = None, **labels: str) 
     if fam is None:
         return None
     names = {name} if name else {family, family + "_total"}
-    found = [s.value for s in fam.samples
-             if s.name in names and all(s.labels.get(k) == v for k, v in labels.items())]
+    found = [
+        s.value
+        for s in fam.samples
+        if s.name in names and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
     assert len(found) <= 1, f"{family} {labels}: several samples {found}"
     return found[0] if found else None

@@ -31,9 +31,16 @@ class RedisServer(StorageProcess):
     name = "redis-server"
     startup_timeout = STARTUP_TIMEOUT_SECONDS
 
-    def __init__(self, data_dir: Path, *, appendonly: bool = True, appendfsync: str = "always",
-                 maxmemory: str | None = None, extra: Sequence[str] = (),
-                 config_file: Path | None = None):
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        appendonly: bool = True,
+        appendfsync: str = "always",
+        maxmemory: str | None = None,
+        extra: Sequence[str] = (),
+        config_file: Path | None = None,
+    ):
         """With `config_file`, only the port, bind address, data dir and log file are added to
         it (so the file's own durability settings are what runs)."""
         super().__init__()
@@ -49,13 +56,32 @@ class RedisServer(StorageProcess):
         if binary is None:
             raise RuntimeError("redis-server is not installed")
         args = [binary] + ([str(self.config_file)] if self.config_file else [])
-        args += ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data_dir),
-                 "--daemonize", "no", "--logfile", str(self.data_dir / "redis.log")]
+        args += [
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.data_dir),
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
+        ]
         if self.config_file:
             return args + self.extra
-        args += ["--save", "", "--appendonly", "yes" if self.appendonly else "no",
-                 "--appendfsync", self.appendfsync, "--maxmemory-policy", "noeviction",
-                 "--protected-mode", "yes"]
+        args += [
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--appendfsync",
+            self.appendfsync,
+            "--maxmemory-policy",
+            "noeviction",
+            "--protected-mode",
+            "yes",
+        ]
         if self.maxmemory:
             args += ["--maxmemory", self.maxmemory]
         return args + self.extra
@@ -68,13 +94,19 @@ class RedisServer(StorageProcess):
         return (redis.exceptions.RedisError,)
 
     def client(self, **kwargs) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5,
-                           socket_connect_timeout=1, **kwargs)
+        return redis.Redis(
+            host="127.0.0.1", port=self.port, socket_timeout=5, socket_connect_timeout=1, **kwargs
+        )
 
     def shard(self, name: str) -> dict:
         """The YAML shard entry for a shard on this server."""
-        return {"name": name, "host": "127.0.0.1", "port": self.port,
-                "socket_connect_timeout_seconds": 1.0, "socket_timeout_seconds": 5.0}
+        return {
+            "name": name,
+            "host": "127.0.0.1",
+            "port": self.port,
+            "socket_connect_timeout_seconds": 1.0,
+            "socket_timeout_seconds": 5.0,
+        }
 
 
 def require_redis_server() -> None:

@@ -48,8 +48,12 @@ def admin_config() -> dict[str, Any]:
     """Server config for tests: janitor off, deleteQueue allowed with ADMIN_PASSWORD."""
     from pinlater.common.passwords import hash_password
 
-    return {"janitor": {"enabled": False},
-            "admin": {"password_hash": hash_password(ADMIN_PASSWORD, iterations=1000)}}
+    return {
+        "janitor": {"enabled": False},
+        "admin": {"password_hash": hash_password(ADMIN_PASSWORD, iterations=1000)},
+    }
+
+
 LISTENING_RE = re.compile(r"listening on (\S+):(\d+)")
 
 
@@ -65,16 +69,27 @@ class ServerProcess:
     backends get no --data-dir. `extra_args` are appended to the command line.
     """
 
-    def __init__(self, config: dict[str, Any] | None, tmp_dir: Path, *,
-                 port: int = 0, data_dir: Path | None = None, extra_args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None, start_timeout: float = 20.0,
-                 name: str = "server"):
+    def __init__(
+        self,
+        config: dict[str, Any] | None,
+        tmp_dir: Path,
+        *,
+        port: int = 0,
+        data_dir: Path | None = None,
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        start_timeout: float = 20.0,
+        name: str = "server",
+    ):
         self.tmp_dir = Path(tmp_dir)
         self.config = copy.deepcopy(config or {})
         self.config.setdefault("metrics", {}).setdefault("port", 0)
         kind = self.config.get("backend", {}).get("kind", "sqlite")
-        if data_dir is None and kind == "sqlite" and "data_dir" not in self.config.get(
-                "backend", {}):
+        if (
+            data_dir is None
+            and kind == "sqlite"
+            and "data_dir" not in self.config.get("backend", {})
+        ):
             data_dir = self.tmp_dir / "data"
         self.data_dir = data_dir
         self.requested_port = port
@@ -90,8 +105,15 @@ class ServerProcess:
 
     # ---- lifecycle ----
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "pinlater", "--config", str(self.config_path),
-               "--port", str(self.requested_port)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pinlater",
+            "--config",
+            str(self.config_path),
+            "--port",
+            str(self.requested_port),
+        ]
         if self.data_dir is not None:
             cmd += ["--data-dir", str(self.data_dir)]
         return cmd + list(self.extra_args)
@@ -102,31 +124,41 @@ class ServerProcess:
         self.config_path.write_text(yaml.safe_dump(self.config))
         env = {k: v for k, v in os.environ.items() if not k.startswith("PINLATER_")}
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+            p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
+        )
         env["PYTHONUNBUFFERED"] = "1"
         env.update(self.extra_env)
         self._log_file = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), cwd=self.tmp_dir, env=env,
-                                     stdin=subprocess.DEVNULL, stdout=self._log_file,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.command(),
+            cwd=self.tmp_dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         return self.proc
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         """Spawn and wait (bounded) until the server accepts connections."""
         self.spawn()
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ServerStartError(f"server exited with code {self.proc.returncode} "
-                                       f"before listening; log:\n{self.log()}")
+                raise ServerStartError(
+                    f"server exited with code {self.proc.returncode} "
+                    f"before listening; log:\n{self.log()}"
+                )
             match = LISTENING_RE.search(self.log())
             if match and _can_connect(match.group(1), int(match.group(2))):
                 self.host, self.port = match.group(1), int(match.group(2))
                 return self
             time.sleep(0.05)
         self.kill()
-        raise ServerStartError(f"server did not listen within {self.start_timeout}s; "
-                               f"log:\n{self.log()}")
+        raise ServerStartError(
+            f"server did not listen within {self.start_timeout}s; log:\n{self.log()}"
+        )
 
     def log(self) -> str:
         """Everything the server wrote to stdout/stderr so far."""
@@ -183,7 +215,7 @@ class ServerProcess:
             self._log_file.close()
             self._log_file = None
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
@@ -194,7 +226,7 @@ class ServerProcess:
         """A thriftpy2 PinLater client (framed, binary) connected to this server."""
         return make_thrift_client(self.host, self.port, timeout)
 
-    def raw(self, timeout: float = 5.0) -> "RawFrameClient":
+    def raw(self, timeout: float = 5.0) -> RawFrameClient:
         return RawFrameClient(self.host, self.port, timeout)
 
 
@@ -206,8 +238,6 @@ def _can_connect(host: str, port: int) -> bool:
         return False
 
 
-
-
 def make_thrift_client(host: str, port: int, timeout: float = 10.0):
     """thriftpy2 client for PinLater over TFramedTransport + TBinaryProtocol. `timeout` in s.
 
@@ -215,9 +245,9 @@ def make_thrift_client(host: str, port: int, timeout: float = 10.0):
     """
     from pinlater.idl import PinLater
 
-    return thriftpy2.rpc.make_client(PinLater, host, port,
-                                     trans_factory=TFramedTransportFactory(),
-                                     timeout=int(timeout * 1000))
+    return thriftpy2.rpc.make_client(
+        PinLater, host, port, trans_factory=TFramedTransportFactory(), timeout=int(timeout * 1000)
+    )
 
 
 # ---- raw frames ----
@@ -273,7 +303,7 @@ class RawFrameClient:
             try:
                 if not self.sock.recv(65536):
                     return True
-            except socket.timeout:
+            except TimeoutError:
                 return False
             except (ConnectionResetError, BrokenPipeError):
                 return True
@@ -281,15 +311,16 @@ class RawFrameClient:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "RawFrameClient":
+    def __enter__(self) -> RawFrameClient:
         return self
 
     def __exit__(self, *exc_info) -> None:
         self.close()
 
 
-def encode_call(method: str, args: Any = None, seqid: int = 1,
-                msg_type: int = TMessageType.CALL) -> bytes:
+def encode_call(
+    method: str, args: Any = None, seqid: int = 1, msg_type: int = TMessageType.CALL
+) -> bytes:
     """A strict binary-protocol message (no frame header). `args` is a thriftpy2 `*_args`
     struct; None sends an empty struct (what a Finagle probe of an unknown method needs)."""
     buf = TMemoryBuffer()

@@ -17,8 +17,11 @@ from tests.support import BackendUnderTest
 def _env(tmp_dir: pathlib.Path, shard_names: list[str]) -> BackendUnderTest:
     data_dir = pathlib.Path(tmp_dir) / "sqlite-data"
     data_dir.mkdir(parents=True, exist_ok=True)
-    return BackendUnderTest(kind="sqlite", shards=[{"name": name} for name in shard_names],
-                            options={"data_dir": str(data_dir)})
+    return BackendUnderTest(
+        kind="sqlite",
+        shards=[{"name": name} for name in shard_names],
+        options={"data_dir": str(data_dir)},
+    )
 
 
 @contextlib.contextmanager
@@ -33,8 +36,14 @@ def start_sharded(tmp_dir: pathlib.Path) -> Iterator[BackendUnderTest]:
     yield _env(tmp_dir, ["1", "2", "3"])
 
 
-def sharded_store(tmp_dir: pathlib.Path, *, num_priorities: int, retries: int,
-                  unhealthy_after_failures: int, seed: int):
+def sharded_store(
+    tmp_dir: pathlib.Path,
+    *,
+    num_priorities: int,
+    retries: int,
+    unhealthy_after_failures: int,
+    seed: int,
+):
     """A ShardedBackend over SQLite shards 'a' and 'b' with queue 'q' created (unit tests of
     the sharded layer); the caller closes it."""
     import random
@@ -45,9 +54,13 @@ def sharded_store(tmp_dir: pathlib.Path, *, num_priorities: int, retries: int,
 
     options = SQLiteBackend.parse_options({"data_dir": str(tmp_dir)}, "backend")
     specs = SQLiteBackend.parse_shards([{"name": "a"}, {"name": "b"}], options, "shards")
-    store = ShardedBackend(SQLiteBackend(options, StorageLimits()), specs,
-                           num_priorities=num_priorities, retries=retries,
-                           unhealthy_after_failures=unhealthy_after_failures,
-                           rng=random.Random(seed))
+    store = ShardedBackend(
+        SQLiteBackend(options, StorageLimits()),
+        specs,
+        num_priorities=num_priorities,
+        retries=retries,
+        unhealthy_after_failures=unhealthy_after_failures,
+        rng=random.Random(seed),
+    )
     store.create_queue("q")
     return store

@@ -17,8 +17,11 @@ def backend_section(kind: str, tmp_dir: Path) -> Iterator[dict[str, Any]]:
     """The backend section for `kind` on fresh storage (SQLite files in `tmp_dir`, or the
     throwaway redis-server / mariadbd instances of tests/support/<kind>_env.py)."""
     if kind == "sqlite":
-        yield {"kind": "sqlite", "data_dir": str(Path(tmp_dir) / "sqlite"),
-               "shards": [{"name": "1"}]}
+        yield {
+            "kind": "sqlite",
+            "data_dir": str(Path(tmp_dir) / "sqlite"),
+            "shards": [{"name": "1"}],
+        }
         return
     env = importlib.import_module(f"tests.support.{kind}_env")
     with env.start(Path(tmp_dir)) as under_test:

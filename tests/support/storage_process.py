@@ -39,8 +39,9 @@ class StorageProcess:
         return (OSError,)
 
     def start(self):
-        self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         self._wait_ready()
         return self
 
@@ -59,8 +60,9 @@ class StorageProcess:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; "
-                                   f"see {self.log_file}")
+                raise RuntimeError(
+                    f"{self.name} exited with {self.proc.returncode}; see {self.log_file}"
+                )
             try:
                 if self._answers():
                     return

@@ -7,23 +7,34 @@ import random
 import struct
 import threading
 
-from pinlater.server.admission import DEQUEUE, Admission, is_dequeue, method_and_seqid
+from pinlater.idl import PinLater, RequestContext
+from pinlater.idl import pinlater_thrift as T
 from pinlater.ops.queue_slots import QueueSlots
-from pinlater.idl import PinLater, RequestContext, pinlater_thrift as T
+from pinlater.server.admission import DEQUEUE, Admission, is_dequeue, method_and_seqid
 from tests.support.server_process import decode_reply, encode_call
 
 CTX = RequestContext(source="admission-test")
 
 
 def dequeue_call(seqid: int = 7) -> bytes:
-    return encode_call("dequeueJobs", PinLater.dequeueJobs_args(
-        context=CTX, request=T.PinLaterDequeueRequest(queueName="q", limit=1)), seqid)
+    return encode_call(
+        "dequeueJobs",
+        PinLater.dequeueJobs_args(
+            context=CTX, request=T.PinLaterDequeueRequest(queueName="q", limit=1)
+        ),
+        seqid,
+    )
 
 
 def enqueue_call(seqid: int = 9) -> bytes:
-    return encode_call("enqueueJobs", PinLater.enqueueJobs_args(
-        context=CTX, request=T.PinLaterEnqueueRequest(
-            queueName="q", jobs=[T.PinLaterJob(body=b"x")])), seqid)
+    return encode_call(
+        "enqueueJobs",
+        PinLater.enqueueJobs_args(
+            context=CTX,
+            request=T.PinLaterEnqueueRequest(queueName="q", jobs=[T.PinLaterJob(body=b"x")]),
+        ),
+        seqid,
+    )
 
 
 class Blocker:
@@ -40,8 +51,7 @@ class Blocker:
 
 
 def hold(admission: Admission, payload: bytes, blocker: Blocker, n: int) -> list:
-    threads = [threading.Thread(target=admission.serve, args=(payload, blocker))
-               for _ in range(n)]
+    threads = [threading.Thread(target=admission.serve, args=(payload, blocker)) for _ in range(n)]
     for t in threads:
         t.start()
     for _ in range(n):
@@ -51,7 +61,8 @@ def hold(admission: Admission, payload: bytes, blocker: Blocker, n: int) -> list
 
 def refusal(payload: bytes, admission: Admission, result_cls):
     name, msg_type, seqid, body = decode_reply(
-        admission.serve(payload, lambda: b"not expected"), result_cls)
+        admission.serve(payload, lambda: b"not expected"), result_cls
+    )
     return name, seqid, body.e
 
 
@@ -72,8 +83,10 @@ def test_dequeue_check_by_bytes_agrees_with_the_parsed_header():
     payloads = [call, enqueue_call(), b"", b"garbage!", call[:4] + b"\x00" * 30]
     payloads += [call[:n] for n in range(len(call))]  # every truncation, around the seqid too
     payloads += [encode_call(name, seqid=3) for name in PinLater.thrift_services]
-    payloads += [call[:4] + struct.pack("!i", len(name)) + name + struct.pack("!i", 1)
-                 for name in (b"dequeueJobsX", b"dequeueJob", b"dequeuejobs", b"\xffequeueJobs")]
+    payloads += [
+        call[:4] + struct.pack("!i", len(name)) + name + struct.pack("!i", 1)
+        for name in (b"dequeueJobsX", b"dequeueJob", b"dequeuejobs", b"\xffequeueJobs")
+    ]
     for _ in range(2000):  # single-byte mutations of a real dequeue header
         mutated = bytearray(call)
         mutated[rng.randrange(24)] = rng.randrange(256)
@@ -88,8 +101,10 @@ def test_a_busy_server_lets_the_dispatcher_answer_an_unknown_method():
     blocker = Blocker()
     threads = hold(admission, enqueue_call(), blocker, 1)
     try:
-        assert admission.serve(encode_call("noSuchMethod"), lambda: b"unknown method") == \
-            b"unknown method"
+        assert (
+            admission.serve(encode_call("noSuchMethod"), lambda: b"unknown method")
+            == b"unknown method"
+        )
         assert admission.stats()["in_flight"] == 1
     finally:
         blocker.release.set()
@@ -100,8 +115,9 @@ def test_a_busy_server_lets_the_dispatcher_answer_an_unknown_method():
 
 def test_dequeues_over_the_cap_get_dequeue_rate_limited_at_once_and_enqueues_still_run():
     refused: list[str] = []
-    admission = Admission(max_requests=2, max_dequeues=2, service=PinLater,
-                          on_refused=refused.append)
+    admission = Admission(
+        max_requests=2, max_dequeues=2, service=PinLater, on_refused=refused.append
+    )
     blocker = Blocker()
     threads = hold(admission, dequeue_call(), blocker, 2)
     try:

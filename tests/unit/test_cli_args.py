@@ -10,8 +10,8 @@ import time
 import pytest
 
 from pinlater.cli import format as fmt
-from pinlater.cli.main import EXIT_CONNECTION, EXIT_USAGE, main, parse_args
 from pinlater.cli.load import Stats, format_report, percentile
+from pinlater.cli.main import EXIT_CONNECTION, EXIT_USAGE, main, parse_args
 from worker_sdk.models import DequeuedJob, JobInfo, JobState
 
 
@@ -28,46 +28,89 @@ def test_global_options_work_before_and_after_the_subcommand():
         assert (args.host, args.port, args.json) == ("127.0.0.1", 9100, True)
     default = parse_args(["get_queue_names"])
     assert (default.host, default.port, default.json, default.servers) == (
-        "127.0.0.1", 9010, False, None)
+        "127.0.0.1",
+        9010,
+        False,
+        None,
+    )
 
 
 def test_original_underscore_flags_and_hyphenated_aliases_are_accepted():
-    args = parse_args(["enqueue", "--queue", "q", "--num_queries", "-1", "--batch_size", "100",
-                       "--concurrency", "4", "--duration", "5"])
+    args = parse_args(
+        [
+            "enqueue",
+            "--queue",
+            "q",
+            "--num_queries",
+            "-1",
+            "--batch_size",
+            "100",
+            "--concurrency",
+            "4",
+            "--duration",
+            "5",
+        ]
+    )
     assert (args.num_queries, args.batch_size, args.concurrency, args.duration) == (-1, 100, 4, 5)
-    args = parse_args(["get-job-count", "-q", "q", "--job_state", "failed",
-                       "--count_future_jobs"])
+    args = parse_args(["get-job-count", "-q", "q", "--job_state", "failed", "--count_future_jobs"])
     assert args.state is JobState.FAILED and args.future
-    args = parse_args(["dequeue", "-q", "q", "--dequeue_success_percent", "30", "--piggyback",
-                       "--num-queries", "10"])
+    args = parse_args(
+        [
+            "dequeue",
+            "-q",
+            "q",
+            "--dequeue_success_percent",
+            "30",
+            "--piggyback",
+            "--num-queries",
+            "10",
+        ]
+    )
     assert (args.success_percent, args.piggyback, args.num_queries) == (30, True, 10)
     args = parse_args(["lookup", "--job_descriptor", "q:s1:p1:1", "-j", "q:s1:p1:2"])
     assert args.descriptors == ["q:s1:p1:1", "q:s1:p1:2"]
 
 
-@pytest.mark.parametrize("text,state", [("0", JobState.PENDING), ("in_progress",
-                         JobState.IN_PROGRESS), ("In-Progress", JobState.IN_PROGRESS),
-                         ("SUCCEEDED", JobState.SUCCEEDED), (3, JobState.FAILED)])
+@pytest.mark.parametrize(
+    "text,state",
+    [
+        ("0", JobState.PENDING),
+        ("in_progress", JobState.IN_PROGRESS),
+        ("In-Progress", JobState.IN_PROGRESS),
+        ("SUCCEEDED", JobState.SUCCEEDED),
+        (3, JobState.FAILED),
+    ],
+)
 def test_job_states_parse_by_name_or_number(text, state):
     assert JobState.parse(text) is state
 
 
 def test_run_after_accepts_epoch_ms_or_an_offset_from_now():
-    assert parse_args(["enqueue", "-q", "q", "--run-after", "1700000000000"]).run_after == \
-        1700000000000
+    assert (
+        parse_args(["enqueue", "-q", "q", "--run-after", "1700000000000"]).run_after
+        == 1700000000000
+    )
     now = int(time.time() * 1000)
     later = parse_args(["enqueue", "-q", "q", "--run-after", "+2m"]).run_after
     assert now + 120_000 <= later <= now + 125_000
     assert parse_args(["enqueue", "-q", "q", "--run-after", "+250ms"]).run_after >= now + 250
 
 
-@pytest.mark.parametrize("argv", [
-    [], ["frobnicate"], ["scan"], ["enqueue", "-q", "q", "--run-after", "tomorrow"],
-    ["dequeue", "-q", "q", "--limit", "0"], ["get_job_count", "-q", "q", "--job_state", "done"],
-    ["delete_jobs", "-q", "q"], ["--port", "x", "get_queue_names"],
-    ["enqueue", "-q", "q", "--num_queries", "0"],
-    ["dequeue", "-q", "q", "--num_queries", "1", "--dequeue_success_percent", "101"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["frobnicate"],
+        ["scan"],
+        ["enqueue", "-q", "q", "--run-after", "tomorrow"],
+        ["dequeue", "-q", "q", "--limit", "0"],
+        ["get_job_count", "-q", "q", "--job_state", "done"],
+        ["delete_jobs", "-q", "q"],
+        ["--port", "x", "get_queue_names"],
+        ["enqueue", "-q", "q", "--num_queries", "0"],
+        ["dequeue", "-q", "q", "--num_queries", "1", "--dequeue_success_percent", "101"],
+    ],
+)
 def test_usage_errors_exit_2_with_a_one_line_message(argv):
     code, out, err = run(*argv)
     assert code == EXIT_USAGE
@@ -85,8 +128,10 @@ def test_unreachable_server_exits_3_with_the_cause():
         port = s.getsockname()[1]
     code, out, err = run("--port", str(port), "--retries", "0", "get_queue_names")
     assert code == EXIT_CONNECTION
-    assert err == f"pinlater: connection failed: cannot connect to 127.0.0.1:{port}: " \
-                  "connection refused\n"
+    assert (
+        err == f"pinlater: connection failed: cannot connect to 127.0.0.1:{port}: "
+        "connection refused\n"
+    )
 
 
 def test_bad_servers_argument_is_a_usage_error(tmp_path):
@@ -95,6 +140,7 @@ def test_bad_servers_argument_is_a_usage_error(tmp_path):
 
 
 # ---- formatting ----
+
 
 def test_table_aligns_columns_and_right_aligns_numbers():
     text = fmt.table(["NAME", "N"], [["a", 5], ["longer", 123]])
@@ -120,19 +166,34 @@ def test_times_are_utc_iso_with_milliseconds():
 
 
 def test_job_info_table_and_json():
-    info = JobInfo("q:s1:p1:1", JobState.FAILED, 3, 0, "boom", 1000, run_after_ms=2000,
-                   body=b"b")
+    info = JobInfo("q:s1:p1:1", JobState.FAILED, 3, 0, "boom", 1000, run_after_ms=2000, body=b"b")
     text = fmt.job_infos_table([info], with_body=True)
     header, row = text.splitlines()
-    assert header.split() == ["DESCRIPTOR", "STATE", "ATTEMPTS", "RUN", "AFTER", "UPDATED",
-                              "STATUS", "BODY"]
-    assert row.split() == ["q:s1:p1:1", "FAILED", "0/3", "1970-01-01T00:00:02.000Z", "-",
-                           "boom", "b"]
+    assert header.split() == [
+        "DESCRIPTOR",
+        "STATE",
+        "ATTEMPTS",
+        "RUN",
+        "AFTER",
+        "UPDATED",
+        "STATUS",
+        "BODY",
+    ]
+    assert row.split() == [
+        "q:s1:p1:1",
+        "FAILED",
+        "0/3",
+        "1970-01-01T00:00:02.000Z",
+        "-",
+        "boom",
+        "b",
+    ]
     data = json.loads(fmt.dumps(fmt.job_info_json(info)))
     assert data["state"] == "FAILED" and data["body"] == "b" and data["attempts_allowed"] == 3
 
 
 # ---- load statistics ----
+
 
 def test_percentiles_use_nearest_rank():
     values = [float(v) for v in range(1, 101)]
@@ -173,10 +234,10 @@ def test_load_run_issues_exactly_num_queries_across_threads_and_redraws_on_a_tty
             run.stats.record(0.002, jobs=3)
 
     out = _Terminal()
-    options = LoadOptions(num_queries=300, duration=None, batch_size=3, concurrency=4,
-                          report_interval=0.1)
-    summary = LoadRun("enqueue", options, out, io.StringIO(), as_json=False,
-                      live=True).run(worker)
+    options = LoadOptions(
+        num_queries=300, duration=None, batch_size=3, concurrency=4, report_interval=0.1
+    )
+    summary = LoadRun("enqueue", options, out, io.StringIO(), as_json=False, live=True).run(worker)
     assert (summary["requests"], summary["jobs"]) == (300, 900)
     text = out.getvalue()
     assert text.startswith("\r\x1b[Kenqueue: ") and text.endswith(" 0 errors\n")
@@ -194,11 +255,18 @@ def test_load_run_stops_at_the_duration_and_reports_worker_errors():
 
     err = io.StringIO()
     started = time.monotonic()
-    summary = LoadRun("dequeue", LoadOptions(num_queries=-1, duration=0.3, batch_size=1,
-                                             concurrency=2), io.StringIO(), err, as_json=True,
-                      live=False).run(worker)
+    summary = LoadRun(
+        "dequeue",
+        LoadOptions(num_queries=-1, duration=0.3, batch_size=1, concurrency=2),
+        io.StringIO(),
+        err,
+        as_json=True,
+        live=False,
+    ).run(worker)
     assert time.monotonic() - started < 2
     assert summary["errors"] > 0 and summary["jobs"] == 0
-    assert err.getvalue().splitlines()[0] == "Exception for request: QUEUE_NOT_FOUND: " \
-                                             "Queue not found: q"
+    assert (
+        err.getvalue().splitlines()[0] == "Exception for request: QUEUE_NOT_FOUND: "
+        "Queue not found: q"
+    )
     assert len(err.getvalue().splitlines()) <= 5

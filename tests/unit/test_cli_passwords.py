@@ -33,12 +33,22 @@ def test_non_ascii_password_round_trips_and_bytes_are_accepted():
     assert not verify_password("\udcff", stored)  # not encodable: no match, no exception
 
 
-@pytest.mark.parametrize("stored", [
-    None, "", "nonsense", "sha256$1$00$00", "pbkdf2_sha256$x$00$" + "00" * 32,
-    "pbkdf2_sha256$0$00$" + "00" * 32, "pbkdf2_sha256$99999999999$00$" + "00" * 32,
-    "pbkdf2_sha256$1$zz$" + "00" * 32, "pbkdf2_sha256$1$$" + "00" * 32,
-    "pbkdf2_sha256$1$00$0000", "pbkdf2_sha256$1$00$" + "00" * 32 + "$extra",
-])
+@pytest.mark.parametrize(
+    "stored",
+    [
+        None,
+        "",
+        "nonsense",
+        "sha256$1$00$00",
+        "pbkdf2_sha256$x$00$" + "00" * 32,
+        "pbkdf2_sha256$0$00$" + "00" * 32,
+        "pbkdf2_sha256$99999999999$00$" + "00" * 32,
+        "pbkdf2_sha256$1$zz$" + "00" * 32,
+        "pbkdf2_sha256$1$$" + "00" * 32,
+        "pbkdf2_sha256$1$00$0000",
+        "pbkdf2_sha256$1$00$" + "00" * 32 + "$extra",
+    ],
+)
 def test_malformed_or_missing_hash_never_verifies(stored):
     assert verify_password("pw", stored) is False
 
@@ -59,4 +69,5 @@ def test_cli_reads_the_password_from_stdin(monkeypatch):
     out = io.StringIO()
     assert main(["hash-password", "--iterations", "50", "--json"], out, io.StringIO()) == 0
     import json
+
     assert verify_password("from stdin", json.loads(out.getvalue())["password_hash"])

@@ -22,8 +22,20 @@ def test_endpoint_parses_host_port_and_bracketed_ipv6():
     assert parse_endpoint("pinlater-3.example:1") == ("pinlater-3.example", 1)
 
 
-@pytest.mark.parametrize("text", ["host", "host:", ":9010", "host:0", "host:65536",
-                                  "host:90a", "host:٩٠١٠", "my host:9010", "host:-1"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "host",
+        "host:",
+        ":9010",
+        "host:0",
+        "host:65536",
+        "host:90a",
+        "host:٩٠١٠",
+        "my host:9010",
+        "host:-1",
+    ],
+)
 def test_malformed_endpoints_are_rejected(text):
     with pytest.raises(ServerSetError):
         parse_endpoint(text)

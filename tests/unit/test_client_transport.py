@@ -20,7 +20,13 @@ from pinlater.errors import PinLaterError, QueueNotFound, ShardConnectionFailed
 from pinlater.idl import ErrorCode, PinLater, PinLaterException
 from pinlater.idl import pinlater_thrift as wire
 from worker_sdk import (
-    AckInfo, Acks, CheckpointRequest, Job, JobState, PinLaterApplicationError, PinLaterClient,
+    AckInfo,
+    Acks,
+    CheckpointRequest,
+    Job,
+    JobState,
+    PinLaterApplicationError,
+    PinLaterClient,
     PinLaterTransportError,
 )
 
@@ -86,7 +92,7 @@ class FakeServer:
         while not self._stop.is_set():
             try:
                 conn, _ = self.listener.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             self.accepted += 1
             thread = threading.Thread(target=self._serve, args=(self.accepted, conn), daemon=True)
@@ -107,7 +113,7 @@ class FakeServer:
                 except TTransportException as exc:
                     if exc.type == TTransportException.END_OF_FILE or self.idle_timeout:
                         return
-                except socket.timeout:
+                except TimeoutError:
                     if self.idle_timeout:
                         return
                 except OSError:
@@ -129,8 +135,9 @@ def client_for(*servers, **options):
     options.setdefault("timeout", 2.0)
     options.setdefault("connect_timeout", 1.0)
     options.setdefault("backoff", 0.001)
-    return PinLaterClient([s.address if hasattr(s, "address") else s for s in servers],
-                          source="test:host", **options)
+    return PinLaterClient(
+        [s.address if hasattr(s, "address") else s for s in servers], source="test:host", **options
+    )
 
 
 def dead_address():
@@ -141,6 +148,7 @@ def dead_address():
 
 
 # ---- happy path and wire mapping ----
+
 
 def test_calls_reuse_one_pooled_connection():
     with FakeServer() as server:
@@ -165,19 +173,30 @@ def test_every_call_sends_the_source_and_a_fresh_request_id():
 def test_enqueue_sends_job_fields_and_returns_descriptors():
     def enqueue(n, ctx, request):
         return wire.PinLaterEnqueueResponse(
-            jobDescriptors=[f"{request.queueName}:s1:p1:{i}" for i in range(len(request.jobs))])
+            jobDescriptors=[f"{request.queueName}:s1:p1:{i}" for i in range(len(request.jobs))]
+        )
 
     with FakeServer() as server:
         server.handler.script["enqueueJobs"] = enqueue
         with client_for(server) as client:
-            ids = client.enqueue("q", [b"plain", Job(b"\xff\x00", priority=2, attempts=5,
-                                                     run_after_ms=1234, custom_status="st")])
+            ids = client.enqueue(
+                "q",
+                [
+                    b"plain",
+                    Job(b"\xff\x00", priority=2, attempts=5, run_after_ms=1234, custom_status="st"),
+                ],
+            )
         assert ids == ["q:s1:p1:0", "q:s1:p1:1"]
         request = server.handler.calls[0][1][1]
         assert request.jobs[0].body == b"plain" and request.jobs[0].priority == 1
         job = request.jobs[1]
-        assert (job.body, job.priority, job.numAttemptsAllowed, job.runAfterTimestampMillis,
-                job.customStatus) == (b"\xff\x00", 2, 5, 1234, "st")
+        assert (
+            job.body,
+            job.priority,
+            job.numAttemptsAllowed,
+            job.runAfterTimestampMillis,
+            job.customStatus,
+        ) == (b"\xff\x00", 2, 5, 1234, "st")
 
 
 def test_enqueue_rejects_text_bodies_before_sending():
@@ -189,28 +208,41 @@ def test_enqueue_rejects_text_bodies_before_sending():
 
 def test_dequeue_returns_claims_and_ack_sends_them_back():
     def dequeue(n, ctx, request):
-        meta = wire.PinLaterDequeueMetadata(attemptsAllowed=3, attemptsRemaining=2,
-                                            claimDescriptor="c" * 24 + ":test:host")
-        return wire.PinLaterDequeueResponse(jobs={"q:s1:p1:7": b"body"},
-                                            jobMetadata={"q:s1:p1:7": meta})
+        meta = wire.PinLaterDequeueMetadata(
+            attemptsAllowed=3, attemptsRemaining=2, claimDescriptor="c" * 24 + ":test:host"
+        )
+        return wire.PinLaterDequeueResponse(
+            jobs={"q:s1:p1:7": b"body"}, jobMetadata={"q:s1:p1:7": meta}
+        )
 
     with FakeServer() as server:
         server.handler.script["dequeueJobs"] = dequeue
         with client_for(server) as client:
             [job] = client.dequeue("q", 5)
-            assert (job.descriptor, job.body, job.attempts_allowed, job.attempts_remaining,
-                    job.claim) == ("q:s1:p1:7", b"body", 3, 2, "c" * 24 + ":test:host")
-            client.ack("q", succeeded=[job],
-                       failed=[AckInfo("q:s1:p1:8", claim="x", append_status="boom",
-                                       retry_delay_ms=500)])
+            assert (
+                job.descriptor,
+                job.body,
+                job.attempts_allowed,
+                job.attempts_remaining,
+                job.claim,
+            ) == ("q:s1:p1:7", b"body", 3, 2, "c" * 24 + ":test:host")
+            client.ack(
+                "q",
+                succeeded=[job],
+                failed=[AckInfo("q:s1:p1:8", claim="x", append_status="boom", retry_delay_ms=500)],
+            )
             client.dequeue("q", 1, Acks(succeeded=(job,)))
-            client.checkpoint("q", [CheckpointRequest(job.descriptor, claim=job.claim,
-                                                      move_to_pending=True)])
+            client.checkpoint(
+                "q", [CheckpointRequest(job.descriptor, claim=job.claim, move_to_pending=True)]
+            )
         ack = server.handler.calls[1][1][1]
         assert ack.jobsSucceeded[0].claimDescriptor == job.claim
         failed = ack.jobsFailed[0]
-        assert (failed.claimDescriptor, failed.appendCustomStatus,
-                failed.retryDelayMillis) == ("x", "boom", 500)
+        assert (failed.claimDescriptor, failed.appendCustomStatus, failed.retryDelayMillis) == (
+            "x",
+            "boom",
+            500,
+        )
         piggy = server.handler.calls[2][1][1].jobAckRequest
         assert piggy.jobsSucceeded[0].claimDescriptor == job.claim
         checkpoint = server.handler.calls[3][1][1].requests[0]
@@ -232,9 +264,14 @@ def test_ack_with_nothing_to_ack_makes_no_call():
 
 def test_scan_follows_continuations_until_the_end():
     def scan(n, ctx, request):
-        info = wire.PinLaterJobInfo(jobDescriptor=f"q:s1:p1:{n}", jobState=3, attemptsAllowed=1,
-                                    attemptsRemaining=0, customStatus="",
-                                    createdAtTimestampMillis=n)
+        info = wire.PinLaterJobInfo(
+            jobDescriptor=f"q:s1:p1:{n}",
+            jobState=3,
+            attemptsAllowed=1,
+            attemptsRemaining=0,
+            customStatus="",
+            createdAtTimestampMillis=n,
+        )
         following = {"0": "page2", "page2": "page3"}.get(request.continuation, "-1")
         return wire.PinLaterScanJobsResponse(scannedJobs=[info], continuation=following)
 
@@ -305,6 +342,7 @@ def test_application_exception_is_raised_as_application_error():
 
 
 # ---- transport failures ----
+
 
 def test_dropped_connection_is_retried_for_idempotent_calls_on_new_connections():
     with FakeServer(behaviour=read_frame_then_close) as server:
@@ -417,6 +455,7 @@ def test_client_is_safe_to_share_between_threads():
         server.handler.script["getJobCount"] = lambda n, ctx, request: request.priority
         errors = []
         with client_for(server, pool_size=2) as client:
+
             def work(priority):
                 try:
                     for _ in range(30):

@@ -120,7 +120,7 @@ class ScriptedSocket:
 
     def recv_into(self, view):
         data = self.recv(len(view))
-        view[:len(data)] = data
+        view[: len(data)] = data
         return len(data)
 
 
@@ -138,19 +138,22 @@ def _read_all(chunks, whole_frame_fast_path):
     return out, len(starts)
 
 
-@pytest.mark.parametrize("chunks", [
-    [frame(b"one")],
-    [frame(b"one"), frame(b"two")],
-    [frame(b"one") + frame(b"two")],                # pipelined in one recv
-    [frame(b"x" * 64)],                             # exactly the cap
-    [frame(b"x" * 65)],                             # one over the cap
-    [struct.pack("!i", 0)],
-    [struct.pack("!i", -5) + b"abc"],
-    [b"\x00\x00"],                                  # a header cut short
-    [b"\x00\x00", b"\x00\x03ab", b"c"],             # header and payload in pieces
-    [frame(b"abc")[:-1]],                           # peer closes one byte short
-    [frame(b"abc") + b"\x00"],                      # a frame plus the start of the next
-    [b"GET / HTTP/1.1\r\n\r\n"],
-])
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [frame(b"one")],
+        [frame(b"one"), frame(b"two")],
+        [frame(b"one") + frame(b"two")],  # pipelined in one recv
+        [frame(b"x" * 64)],  # exactly the cap
+        [frame(b"x" * 65)],  # one over the cap
+        [struct.pack("!i", 0)],
+        [struct.pack("!i", -5) + b"abc"],
+        [b"\x00\x00"],  # a header cut short
+        [b"\x00\x00", b"\x00\x03ab", b"c"],  # header and payload in pieces
+        [frame(b"abc")[:-1]],  # peer closes one byte short
+        [frame(b"abc") + b"\x00"],  # a frame plus the start of the next
+        [b"GET / HTTP/1.1\r\n\r\n"],
+    ],
+)
 def test_whole_frame_fast_path_reads_exactly_what_the_general_path_reads(chunks):
     assert _read_all(chunks, True) == _read_all(chunks, False)

@@ -1,4 +1,4 @@
-"""pinlater.job_descriptor: the hot path's split accepts exactly what JobDescriptor.parse does."""
+"""pinlater.storage.descriptors: the hot path's split accepts exactly what JobDescriptor.parse does."""
 
 from __future__ import annotations
 
@@ -8,13 +8,41 @@ from pinlater.errors import InvalidRequest
 from pinlater.storage.descriptors import JobDescriptor, descriptor, split_local_id, split_prefix
 
 TEXTS = [
-    "q:sr1:p1:100", "a_B9:sX9:p123:0", "q:s" + "a" * 32 + ":p1:1", "q:s" + "a" * 33 + ":p1:1",
-    "q:sr1:p1234:1", "q:sr1:p:1", "q:sr1:p1:", "q:sr1:p1:9223372036854775807",
-    "q:sr1:p1:9223372036854775808", "q:sr1:p1:" + "0" * 18 + "7", "q:sr1:p1:" + "0" * 19 + "7",
-    "q:sr1:p1:1:2", "q:sr1:p1:+1", "q:sr1:p1:-1", "q:sr1:p1: 1", "q:sr1:p1:1\n", "q:sr1:p1:1_0",
-    "q:sr1:p1:١٢", "q:sr1:p1:²", "q:sr1:p١:1", "é:sr1:p1:1", "q:sé:p1:1", ":sr1:p1:1", "q:r1:p1:1",
-    "q:sr1:1:1", "q:s:p1:1", "q:sr_1:p1:1", "q::sr1:p1:1", "q:sr1:p1::1", "", ":", "1", "q:sr1",
-    "q-x:sr1:p1:1", "q:sr1:p01:00",
+    "q:sr1:p1:100",
+    "a_B9:sX9:p123:0",
+    "q:s" + "a" * 32 + ":p1:1",
+    "q:s" + "a" * 33 + ":p1:1",
+    "q:sr1:p1234:1",
+    "q:sr1:p:1",
+    "q:sr1:p1:",
+    "q:sr1:p1:9223372036854775807",
+    "q:sr1:p1:9223372036854775808",
+    "q:sr1:p1:" + "0" * 18 + "7",
+    "q:sr1:p1:" + "0" * 19 + "7",
+    "q:sr1:p1:1:2",
+    "q:sr1:p1:+1",
+    "q:sr1:p1:-1",
+    "q:sr1:p1: 1",
+    "q:sr1:p1:1\n",
+    "q:sr1:p1:1_0",
+    "q:sr1:p1:١٢",
+    "q:sr1:p1:²",
+    "q:sr1:p١:1",
+    "é:sr1:p1:1",
+    "q:sé:p1:1",
+    ":sr1:p1:1",
+    "q:r1:p1:1",
+    "q:sr1:1:1",
+    "q:s:p1:1",
+    "q:sr_1:p1:1",
+    "q::sr1:p1:1",
+    "q:sr1:p1::1",
+    "",
+    ":",
+    "1",
+    "q:sr1",
+    "q-x:sr1:p1:1",
+    "q:sr1:p01:00",
 ]
 
 

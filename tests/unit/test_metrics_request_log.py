@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 from pinlater.handler import context
-from pinlater.ops import request_log
 from pinlater.idl import RequestContext
+from pinlater.ops import request_log
 from pinlater.ops.metrics import NO_QUEUE, Metrics
 from pinlater.ops.request_log import RequestLog
 
@@ -29,24 +29,42 @@ def test_success_is_one_debug_line_and_an_error_one_warning_with_all_fields(capl
     context.set_peer("10.0.0.1:5555")
     try:
         rlog.record("enqueueJobs", RequestContext(source="w1", requestId="r-1"), "q", "ok", 0.002)
-        rlog.record("dequeueJobs", RequestContext(source="w1", requestId="r-2"), "q",
-                    "QUEUE_NOT_FOUND", 0.001, "Queue not found: q")
+        rlog.record(
+            "dequeueJobs",
+            RequestContext(source="w1", requestId="r-2"),
+            "q",
+            "QUEUE_NOT_FOUND",
+            0.001,
+            "Queue not found: q",
+        )
     finally:
         context.set_peer(None)
     debug, warning = caplog.records
     assert debug.levelno == logging.DEBUG and "method=enqueueJobs" in debug.getMessage()
     text = warning.getMessage()
     assert warning.levelno == logging.WARNING
-    for part in ("request_id=r-2", "source=w1",
-                 "peer=10.0.0.1:5555", "method=dequeueJobs", "queue=q",
-                 "outcome=QUEUE_NOT_FOUND", "Queue not found: q"):
+    for part in (
+        "request_id=r-2",
+        "source=w1",
+        "peer=10.0.0.1:5555",
+        "method=dequeueJobs",
+        "queue=q",
+        "outcome=QUEUE_NOT_FOUND",
+        "Queue not found: q",
+    ):
         assert part in text
 
 
 def test_client_supplied_text_cannot_forge_log_lines(caplog):
     rlog, _ = make_log(caplog)
-    rlog.record("createQueue", RequestContext(source="evil\nFAKE LINE"), "a\nb", "UNKNOWN", 0.0,
-                "bad\ninput")
+    rlog.record(
+        "createQueue",
+        RequestContext(source="evil\nFAKE LINE"),
+        "a\nb",
+        "UNKNOWN",
+        0.0,
+        "bad\ninput",
+    )
     assert "\n" not in caplog.records[0].getMessage()
 
 
@@ -111,17 +129,24 @@ def test_success_with_debug_on_still_gets_a_generated_request_id(caplog):
 
 
 def _samples(metrics):
-    return sorted((s.name, tuple(sorted(s.labels.items())), s.value)
-                  for family in metrics.registry.collect() for s in family.samples
-                  if not s.name.endswith("_created"))
+    return sorted(
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if not s.name.endswith("_created")
+    )
 
 
 def test_remembered_label_children_count_exactly_like_labels():
     cached, plain = Metrics(), Metrics()
     for m in (cached, plain):
         m.queues.replace(["q"])
-    calls = [("q", "ok", 0.01), ("q", "ok", 0.3), ("other", "ok", 0.002),
-             ("q", "QUEUE_NOT_FOUND", 0.0)] * 3
+    calls = [
+        ("q", "ok", 0.01),
+        ("q", "ok", 0.3),
+        ("other", "ok", 0.002),
+        ("q", "QUEUE_NOT_FOUND", 0.0),
+    ] * 3
     for queue, outcome, seconds in calls:
         cached.request("dequeueJobs", queue, outcome, seconds)
         cached.jobs("acked_failed", queue, 2)
@@ -138,5 +163,6 @@ def test_remembered_label_children_count_exactly_like_labels():
         plain.rate_limited.labels(label, "rate").inc()
         plain.frames_rejected.labels("malformed").inc()
     assert _samples(cached) == _samples(plain)
-    assert cached._child(cached.requests, "dequeueJobs", "q", "ok") is \
-        cached.requests.labels("dequeueJobs", "q", "ok")
+    assert cached._child(cached.requests, "dequeueJobs", "q", "ok") is cached.requests.labels(
+        "dequeueJobs", "q", "ok"
+    )

@@ -16,10 +16,10 @@ import pytest
 
 from backends.mysql import MySQLBackend, MySQLShard, durability_problems
 from backends.mysql_pool import translate
-from pinlater.storage.contract import StorageLimits
-from pinlater.storage.claims import new_claim
 from pinlater.common.sections import ConfigError
 from pinlater.errors import QueueNotFound
+from pinlater.storage.claims import new_claim
+from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import ShardError, StorageFull
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from tests.support import mysql_env
@@ -97,11 +97,14 @@ def test_dequeue_select_walks_the_ready_index_without_filesort(shard, queue):
         assert "filesort" not in (row["Extra"] or "").lower()
 
 
-@pytest.mark.parametrize("name, params", [
-    ("reclaim_fail", {"now": 1, "cutoff": 1, "limit": 10}),
-    ("reclaim_retry", {"now": 1, "cutoff": 1, "limit": 10}),
-    ("purge", {"state": 2, "cutoff": 1, "limit": 10}),
-])
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("reclaim_fail", {"now": 1, "cutoff": 1, "limit": 10}),
+        ("reclaim_retry", {"now": 1, "cutoff": 1, "limit": 10}),
+        ("purge", {"state": 2, "cutoff": 1, "limit": 10}),
+    ],
+)
 def test_janitor_statements_use_the_updated_at_index(shard, queue, name, params):
     enqueue(shard, queue, *[b"x"] * 50)
     sql = shard._sql(name, shard._job_table(None, queue, 1))
@@ -129,8 +132,10 @@ def drain_in_four_threads(shard, queue, batch: int) -> list[int]:
     """Dequeue until empty from four threads at once; the local ids each claim returned."""
     claimed: list[int] = []
     errors: list[Exception] = []
-    threads = [threading.Thread(target=_drain, args=(shard, queue, claimed, errors, batch))
-               for _ in range(4)]
+    threads = [
+        threading.Thread(target=_drain, args=(shard, queue, claimed, errors, batch))
+        for _ in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -140,7 +145,8 @@ def drain_in_four_threads(shard, queue, batch: int) -> list[int]:
 
 
 def test_four_parallel_dequeuers_claim_each_of_2000_jobs_once_without_lock_waits(
-        shard, queue, server):
+    shard, queue, server
+):
     ids = []
     for start in range(0, 2000, 500):
         ids += enqueue(shard, queue, *[b"job-%d" % i for i in range(start, start + 500)])
@@ -152,8 +158,7 @@ def test_four_parallel_dequeuers_claim_each_of_2000_jobs_once_without_lock_waits
     assert shard.count(queue, JobState.IN_PROGRESS, [1], False, 10_000, None) == 2000
 
 
-def test_without_skip_locked_the_update_limit_fallback_still_claims_each_job_once(
-        shard, queue):
+def test_without_skip_locked_the_update_limit_fallback_still_claims_each_job_once(shard, queue):
     ids = enqueue(shard, queue, *[b"j%d" % i for i in range(300)])
     force_capabilities(shard, skip_locked=False)
     claimed = drain_in_four_threads(shard, queue, 20)
@@ -172,11 +177,14 @@ def test_dequeue_order_is_run_after_then_id(shard, queue):
 # ---------------------------------------------------------------- ids
 
 
-@pytest.mark.parametrize("capability", [
-    {},  # INSERT ... RETURNING (MariaDB >= 10.5)
-    {"returning": False, "autoinc_lock_mode": 1},  # LAST_INSERT_ID() + consecutive ids
-    {"returning": False, "autoinc_lock_mode": 2},  # interleaved: one row per statement
-])
+@pytest.mark.parametrize(
+    "capability",
+    [
+        {},  # INSERT ... RETURNING (MariaDB >= 10.5)
+        {"returning": False, "autoinc_lock_mode": 1},  # LAST_INSERT_ID() + consecutive ids
+        {"returning": False, "autoinc_lock_mode": 2},  # interleaved: one row per statement
+    ],
+)
 def test_enqueue_ids_match_their_jobs_under_concurrent_batches(shard, queue, capability):
     force_capabilities(shard, **capability)
     results: list[tuple[list[int], list[bytes]]] = []
@@ -225,8 +233,11 @@ def test_acks_sharing_a_claim_apply_in_one_statement_and_respect_the_guard(shard
     assert shard.ack(queue, acks, []) == 2  # the third job is PENDING: untouched
     assert shard.ack(queue, acks, []) == 0  # resent acks are no-ops
     states = {r.local_id: r.state for r in shard.lookup(queue, [(1, i) for i in ids], False)}
-    assert states == {ids[0]: JobState.SUCCEEDED, ids[1]: JobState.SUCCEEDED,
-                      ids[2]: JobState.PENDING}
+    assert states == {
+        ids[0]: JobState.SUCCEEDED,
+        ids[1]: JobState.SUCCEEDED,
+        ids[2]: JobState.PENDING,
+    }
 
 
 def test_status_truncation_keeps_the_newest_characters(shard, queue):
@@ -301,20 +312,29 @@ def _err(cls, code, message):
     return cls(code, message)
 
 
-@pytest.mark.parametrize("exc, expected, retriable", [
-    (_err(pymysql.err.OperationalError, 2003, "Can't connect"), ShardError, True),
-    (_err(pymysql.err.OperationalError, 2006, "MySQL server has gone away"), ShardError, True),
-    (_err(pymysql.err.OperationalError, 2013, "Lost connection"), ShardError, True),
-    (_err(pymysql.err.OperationalError, 1213, "Deadlock found"), ShardError, True),
-    (_err(pymysql.err.OperationalError, 1205, "Lock wait timeout"), ShardError, True),
-    (pymysql.err.InterfaceError(0, ""), ShardError, True),
-    (_err(pymysql.err.OperationalError, 1114, "The table 'jobs_p1' is full"), StorageFull,
-     None),
-    (_err(pymysql.err.OperationalError, 1021, "Disk full"), StorageFull, None),
-    (_err(pymysql.err.ProgrammingError, 1064, "You have an error in your SQL"), ShardError,
-     False),
-    (_err(pymysql.err.DataError, 1406, "Data too long for column 'body'"), ShardError, False),
-])
+@pytest.mark.parametrize(
+    "exc, expected, retriable",
+    [
+        (_err(pymysql.err.OperationalError, 2003, "Can't connect"), ShardError, True),
+        (_err(pymysql.err.OperationalError, 2006, "MySQL server has gone away"), ShardError, True),
+        (_err(pymysql.err.OperationalError, 2013, "Lost connection"), ShardError, True),
+        (_err(pymysql.err.OperationalError, 1213, "Deadlock found"), ShardError, True),
+        (_err(pymysql.err.OperationalError, 1205, "Lock wait timeout"), ShardError, True),
+        (pymysql.err.InterfaceError(0, ""), ShardError, True),
+        (
+            _err(pymysql.err.OperationalError, 1114, "The table 'jobs_p1' is full"),
+            StorageFull,
+            None,
+        ),
+        (_err(pymysql.err.OperationalError, 1021, "Disk full"), StorageFull, None),
+        (
+            _err(pymysql.err.ProgrammingError, 1064, "You have an error in your SQL"),
+            ShardError,
+            False,
+        ),
+        (_err(pymysql.err.DataError, 1406, "Data too long for column 'body'"), ShardError, False),
+    ],
+)
 def test_pymysql_errors_map_to_the_storage_contract(exc, expected, retriable):
     mapped = translate("1", exc, lambda db: None)
     assert type(mapped) is expected
@@ -327,9 +347,11 @@ def test_unknown_table_of_this_shard_becomes_queue_not_found(shard):
     with pytest.raises(QueueNotFound) as caught:
         enqueue(shard, "never_created", b"x")
     assert caught.value.queue == "never_created"
-    for call in (lambda: shard.dequeue("never_created", 1, 5, new_claim(SOURCE)),
-                 lambda: shard.ack("never_created", [], []),
-                 lambda: shard.count("never_created", JobState.PENDING, [1], False, 5, None)):
+    for call in (
+        lambda: shard.dequeue("never_created", 1, 5, new_claim(SOURCE)),
+        lambda: shard.ack("never_created", [], []),
+        lambda: shard.count("never_created", JobState.PENDING, [1], False, 5, None),
+    ):
         with pytest.raises(QueueNotFound):
             call()
 
@@ -344,8 +366,11 @@ def test_a_real_lock_wait_timeout_is_a_retriable_shard_error(server, queue):
         claim = new_claim(SOURCE)
         shard.dequeue(queue, 1, 1, claim)
         with holder.cursor() as cur:
-            cur.execute(f"SELECT * FROM {shard.dialect.quote(shard._job_table(None, queue, 1))}"
-                        " WHERE local_id = %s FOR UPDATE", (local_id,))
+            cur.execute(
+                f"SELECT * FROM {shard.dialect.quote(shard._job_table(None, queue, 1))}"
+                " WHERE local_id = %s FOR UPDATE",
+                (local_id,),
+            )
         started = time.monotonic()
         with pytest.raises(ShardError) as caught:
             shard.ack(queue, [Ack(1, local_id, ClaimMatch(SOURCE, claim))], [])
@@ -363,11 +388,15 @@ def test_a_real_lock_wait_timeout_is_a_retriable_shard_error(server, queue):
 def test_a_dead_server_neither_blocks_open_nor_hangs_calls(backend):
     port = mysql_env.free_port()  # nothing listens here
     started = time.monotonic()
-    shard = backend.open_shard(parse([{"name": "9", "port": port,
-                                       "connect_timeout_seconds": 0.5}])[0])
+    shard = backend.open_shard(
+        parse([{"name": "9", "port": port, "connect_timeout_seconds": 0.5}])[0]
+    )
     assert time.monotonic() - started < 0.5
-    for call in (shard.ping, lambda: shard.enqueue("q", [NewJob(body=b"x")]),
-                 lambda: shard.dequeue("q", 1, 1, new_claim(SOURCE))):
+    for call in (
+        shard.ping,
+        lambda: shard.enqueue("q", [NewJob(body=b"x")]),
+        lambda: shard.dequeue("q", 1, 1, new_claim(SOURCE)),
+    ):
         started = time.monotonic()
         with pytest.raises(ShardError) as caught:
             call()
@@ -387,11 +416,19 @@ def test_create_queue_is_idempotent_and_creates_missing_priority_tables(backend,
     db = shard.database(name)
     server.query(f"DROP TABLE `{db}`.`jobs_p3`")
     shard.create_queue(name)
-    tables = {row[0] for row in server.query(
-        "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,))}
+    tables = {
+        row[0]
+        for row in server.query(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,)
+        )
+    }
     assert tables == {"jobs_p1", "jobs_p2", "jobs_p3"}
-    engines = {row[0] for row in server.query(
-        "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,))}
+    engines = {
+        row[0]
+        for row in server.query(
+            "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,)
+        )
+    }
     assert engines == {"InnoDB"}
     shard.delete_queue(name)
     shard.delete_queue(name)
@@ -467,8 +504,12 @@ def test_queue_name_limit_is_64_minus_the_longest_database_prefix(backend, serve
 
 
 def test_databases_per_queue_expands_into_logical_shards_sharing_one_pool(backend, server):
-    specs = parse([server.shard("1", databases_per_queue=3, dequeue_only=True),
-                   server.shard("2", database_prefix="plqtwo")])
+    specs = parse(
+        [
+            server.shard("1", databases_per_queue=3, dequeue_only=True),
+            server.shard("2", database_prefix="plqtwo"),
+        ]
+    )
     assert [s.name for s in specs] == ["1", "1d1", "1d2", "2"]
     assert [s.dequeue_only for s in specs] == [True, True, True, False]
     shards = [backend.open_shard(s) for s in specs[:3]]
@@ -496,8 +537,9 @@ def test_hot_reload_reuses_shards_when_only_dequeue_only_changes(server):
     from pinlater.storage.sharded import ShardedBackend
 
     backend = MySQLBackend({}, StorageLimits())
-    store = ShardedBackend(backend, parse([server.shard("1", databases_per_queue=2)]),
-                           num_priorities=3)
+    store = ShardedBackend(
+        backend, parse([server.shard("1", databases_per_queue=2)]), num_priorities=3
+    )
     try:
         name = f"q{next(_names)}"
         store.create_queue(name)
@@ -516,13 +558,16 @@ def test_hot_reload_reuses_shards_when_only_dequeue_only_changes(server):
         store.close()
 
 
-@pytest.mark.parametrize("entries, problem", [
-    ([{"name": "1", "databases_per_queue": 2}, {"name": "1d1"}], "produced twice"),
-    ([{"name": "1", "database_prefix": "bad_prefix"}], "database_prefix"),
-    ([{"name": "1", "databases_per_queue": 0}], "databases_per_queue"),
-    ([{"name": "1", "port": "x"}], "port"),
-    ([{"name": "1", "bogus": 1}], "bogus"),
-])
+@pytest.mark.parametrize(
+    "entries, problem",
+    [
+        ([{"name": "1", "databases_per_queue": 2}, {"name": "1d1"}], "produced twice"),
+        ([{"name": "1", "database_prefix": "bad_prefix"}], "database_prefix"),
+        ([{"name": "1", "databases_per_queue": 0}], "databases_per_queue"),
+        ([{"name": "1", "port": "x"}], "port"),
+        ([{"name": "1", "bogus": 1}], "bogus"),
+    ],
+)
 def test_invalid_shard_maps_are_rejected_with_the_key_path(entries, problem):
     with pytest.raises(ConfigError) as caught:
         parse(entries)
@@ -531,6 +576,7 @@ def test_invalid_shard_maps_are_rejected_with_the_key_path(entries, problem):
 
 def test_shipped_local_config_parses():
     from pinlater.app import load_config
+
     config = load_config("configs/mysql.local.yaml", env={})
     assert config.backend.kind == "mysql"
     assert [s.name for s in config.backend.shards] == ["1"]
@@ -558,5 +604,6 @@ def test_binlog_settings_are_judged():
     assert any("sync_binlog=0" in w for w in warnings)
     assert any("binlog_format=STATEMENT" in w for w in warnings)
     assert durability_problems("1", 1, True, 1, "ROW", 64 << 20, 1 << 20) == []
-    assert "max_allowed_packet" in durability_problems("1", 1, False, 0, "MIXED",
-                                                       1 << 20, 1 << 20)[0]
+    assert (
+        "max_allowed_packet" in durability_problems("1", 1, False, 0, "MIXED", 1 << 20, 1 << 20)[0]
+    )

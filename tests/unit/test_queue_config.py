@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pinlater.common.sections import ConfigError
 from pinlater.app import load_config
+from pinlater.common.sections import ConfigError
 from pinlater.ops.queue_settings import QueueConfigWatcher, parse_queue_config, read_server_count
 
 
@@ -17,17 +17,24 @@ def parse(text: str):
 
 
 def test_yaml_form_with_rates_claim_timeouts_and_fractions():
-    config = parse("queues:\n  a: {max_jobs_per_second: 10.5, claim_timeout_seconds: 300}\n"
-                   "  b: {max_jobs_per_second: 0}\n  c: {claim_timeout_seconds: 5}\n")
+    config = parse(
+        "queues:\n  a: {max_jobs_per_second: 10.5, claim_timeout_seconds: 300}\n"
+        "  b: {max_jobs_per_second: 0}\n  c: {claim_timeout_seconds: 5}\n"
+    )
     assert config.rates() == {"a": 10.5, "b": 0.0}
     assert config.queues["c"].claim_timeout_seconds == 5.0
     assert config.queues["c"].max_jobs_per_second is None
 
 
 def test_original_json_form_ignores_extra_fields_inside_queue_config():
-    text = json.dumps({"queues": [
-        {"name": "q", "queueConfig": {"maxJobsPerSecond": 5, "somethingElse": 1}},
-        {"name": "r", "queueConfig": {"maxJobsPerSecond": 0.5, "claimTimeoutSeconds": 60}}]})
+    text = json.dumps(
+        {
+            "queues": [
+                {"name": "q", "queueConfig": {"maxJobsPerSecond": 5, "somethingElse": 1}},
+                {"name": "r", "queueConfig": {"maxJobsPerSecond": 0.5, "claimTimeoutSeconds": 60}},
+            ]
+        }
+    )
     config = parse(text)
     assert config.rates() == {"q": 5.0, "r": 0.5}
     assert config.queues["r"].claim_timeout_seconds == 60.0
@@ -37,20 +44,30 @@ def test_explicitly_empty_queue_list_means_no_limits():
     assert parse("queues: {}").rates() == {}
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("", "the file is empty"),
-    ("- 1\n- 2\n", "one key, 'queues'"),
-    ("queues: {a: {max_jobs_per_second: -1}}", "queues.a.max_jobs_per_second: -1.0 is outside"),
-    ("queues: {a: {max_jobs_per_second: .nan}}",
-     "queues.a.max_jobs_per_second: must be a finite number"),
-    ("queues: {a: {max_jobs_per_second: fast}}", "queues.a.max_jobs_per_second: expected float"),
-    ("queues: {a: {rate: 1}}", "queues.a.rate: unknown key"),
-    ("queues: {'bad-name': {max_jobs_per_second: 1}}", "'bad-name' is not a queue name"),
-    ('{"queues": [{"name": "q", "queueConfig": {}}, {"name": "q", "queueConfig": {}}]}',
-     "listed twice"),
-    ('{"queues": [{"nom": "q"}]}', "queues[0]: expected"),
-    ("queues: 5", "queues: must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("", "the file is empty"),
+        ("- 1\n- 2\n", "one key, 'queues'"),
+        ("queues: {a: {max_jobs_per_second: -1}}", "queues.a.max_jobs_per_second: -1.0 is outside"),
+        (
+            "queues: {a: {max_jobs_per_second: .nan}}",
+            "queues.a.max_jobs_per_second: must be a finite number",
+        ),
+        (
+            "queues: {a: {max_jobs_per_second: fast}}",
+            "queues.a.max_jobs_per_second: expected float",
+        ),
+        ("queues: {a: {rate: 1}}", "queues.a.rate: unknown key"),
+        ("queues: {'bad-name': {max_jobs_per_second: 1}}", "'bad-name' is not a queue name"),
+        (
+            '{"queues": [{"name": "q", "queueConfig": {}}, {"name": "q", "queueConfig": {}}]}',
+            "listed twice",
+        ),
+        ('{"queues": [{"nom": "q"}]}', "queues[0]: expected"),
+        ("queues: 5", "queues: must be a mapping"),
+    ],
+)
 def test_bad_files_name_the_offending_key(text, expected):
     with pytest.raises(ConfigError) as info:
         parse(text)
@@ -126,8 +143,10 @@ def test_a_deleted_file_keeps_the_current_config(tmp_path):
 
 
 def test_claim_timeout_override_falls_back_to_the_global_one(tmp_path):
-    qc = write(tmp_path / "qc.yaml", "queues: {slow: {claim_timeout_seconds: 3600}, "
-                                     "fast: {max_jobs_per_second: 1}}")
+    qc = write(
+        tmp_path / "qc.yaml",
+        "queues: {slow: {claim_timeout_seconds: 3600}, fast: {max_jobs_per_second: 1}}",
+    )
     watcher = QueueConfigWatcher(qc, None, lambda c, s: None)
     assert watcher.claim_timeout_for("slow", 600.0) == 3600.0
     assert watcher.claim_timeout_for("fast", 600.0) == 600.0
@@ -137,26 +156,36 @@ def test_claim_timeout_override_falls_back_to_the_global_one(tmp_path):
 def test_load_config_reports_bad_queue_config_and_server_set_before_binding(tmp_path):
     qc = write(tmp_path / "qc.yaml", "queues: {q: {max_jobs_per_second: -1}}")
     with pytest.raises(ConfigError) as info:
-        load_config(env={}, overrides={"queue_config": qc,
-                                       "server_set_file": str(tmp_path / "missing")})
+        load_config(
+            env={}, overrides={"queue_config": qc, "server_set_file": str(tmp_path / "missing")}
+        )
     problems = "\n".join(info.value.problems)
     assert "queues.q.max_jobs_per_second" in problems
     assert "server_set_file: cannot use" in problems
 
 
 def test_load_config_accepts_good_files_and_env_override(tmp_path):
-    qc = write(tmp_path / "qc.json", '{"queues": [{"name": "q", "queueConfig": '
-                                     '{"maxJobsPerSecond": 2}}]}')
+    qc = write(
+        tmp_path / "qc.json", '{"queues": [{"name": "q", "queueConfig": {"maxJobsPerSecond": 2}}]}'
+    )
     ss = write(tmp_path / "servers", "127.0.0.1:9010\n")
     config = load_config(env={"PINLATER_QUEUE_CONFIG": qc, "PINLATER_SERVER_SET_FILE": ss})
     assert (config.queue_config, config.server_set_file) == (qc, ss)
 
 
 def test_dequeue_cap_must_leave_workers_for_other_requests():
-    with pytest.raises(ConfigError, match="admission.max_concurrent_dequeues: 8 must be below "
-                                          r"server.worker_threads \(8\)"):
-        load_config(env={}, overrides={"server": {"worker_threads": 8},
-                                       "admission": {"max_concurrent_dequeues": 8}})
+    with pytest.raises(
+        ConfigError,
+        match="admission.max_concurrent_dequeues: 8 must be below "
+        r"server.worker_threads \(8\)",
+    ):
+        load_config(
+            env={},
+            overrides={
+                "server": {"worker_threads": 8},
+                "admission": {"max_concurrent_dequeues": 8},
+            },
+        )
     config = load_config(env={}, overrides={"server": {"worker_threads": 8}})
     assert config.admission.dequeue_cap(8) == 4
     assert config.admission.dequeue_cap_per_queue(8) == 4
@@ -164,8 +193,13 @@ def test_dequeue_cap_must_leave_workers_for_other_requests():
 
 def test_admission_and_request_log_sections_validate_their_keys():
     with pytest.raises(ConfigError) as info:
-        load_config(env={}, overrides={"admission": {"max_concurrent_requests": 0, "x": 1},
-                                       "request_log": {"max_warnings_per_peer_per_minute": -1}})
+        load_config(
+            env={},
+            overrides={
+                "admission": {"max_concurrent_requests": 0, "x": 1},
+                "request_log": {"max_warnings_per_peer_per_minute": -1},
+            },
+        )
     problems = "\n".join(info.value.problems)
     assert "admission.max_concurrent_requests: 0 is outside" in problems
     assert "admission.x: unknown key" in problems

@@ -15,11 +15,11 @@ import pytest
 
 from backends import redis_keys
 from backends.redis_backend import RedisBackend, RedisShardSpec
-from pinlater.storage.contract import StorageLimits
-from pinlater.storage.claims import new_claim
-from pinlater.common.sections import ConfigError
 from pinlater.app import load_config
+from pinlater.common.sections import ConfigError
 from pinlater.errors import PinLaterError, QueueNotFound
+from pinlater.storage.claims import new_claim
+from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import ShardError, StorageFull
 from pinlater.storage.models import Ack, Checkpoint, ClaimMatch, JobState, NewJob, ScanBound
 from tests.support import redis_env
@@ -79,7 +79,8 @@ def keys_of(server, pattern):
 
 def test_shard_list_is_parsed_with_types_and_ranges():
     specs = RedisBackend.parse_shards(
-        [{"name": "a", "port": "6380", "db": 2, "tls": "yes", "password": "pw"}], {}, "b.shards")
+        [{"name": "a", "port": "6380", "db": 2, "tls": "yes", "password": "pw"}], {}, "b.shards"
+    )
     assert specs == [RedisShardSpec(name="a", port=6380, db=2, tls=True, password="pw")]
     with pytest.raises(ConfigError) as err:
         RedisBackend.parse_shards([{"name": "a", "port": 70000, "hostt": "x"}], {}, "b.shards")
@@ -156,8 +157,11 @@ def test_delete_queue_removes_every_key_of_every_state(shard, server):
     enqueue(shard, b"p3", queue="big", priority=3)
     enqueue(shard, b"later", queue="big", run_after_ms=shard.now_ms() + HOUR_MS)
     jobs = dequeue(shard, 6, queue="big")
-    shard.ack("big", [Ack(1, j.local_id, ClaimMatch(SOURCE)) for j in jobs[:2]],
-              [Ack(1, j.local_id, ClaimMatch(SOURCE)) for j in jobs[2:4]])
+    shard.ack(
+        "big",
+        [Ack(1, j.local_id, ClaimMatch(SOURCE)) for j in jobs[:2]],
+        [Ack(1, j.local_id, ClaimMatch(SOURCE)) for j in jobs[2:4]],
+    )
     assert len(ids) == 12
     prefix = redis_keys.queue_prefix(shard.name, "big")
     assert keys_of(server, prefix + ":*")
@@ -215,8 +219,12 @@ def test_dequeue_claims_and_reports_stored_attempts(shard):
     (job_id,) = enqueue(shard, b"x", attempts_allowed=3, custom_status="st")
     claim = new_claim(SOURCE)
     (job,) = shard.dequeue("q", 1, 5, claim)
-    assert (job.local_id, job.attempts_allowed, job.attempts_remaining, job.claim) == \
-        (job_id, 3, 3, claim)
+    assert (job.local_id, job.attempts_allowed, job.attempts_remaining, job.claim) == (
+        job_id,
+        3,
+        3,
+        claim,
+    )
     rec = record(shard, job_id)
     assert rec.state == JobState.IN_PROGRESS and rec.claim == claim
     assert rec.updated_at_ms >= rec.created_at_ms
@@ -268,14 +276,19 @@ def test_ids_past_two_to_the_53_are_refused_before_anything_is_stored(shard, ser
     with server.client() as client:
         client.set(redis_keys.seq_key(shard.name, "q", 1), redis_keys.MAX_LOCAL_ID - 1)
     with pytest.raises(ShardError):
-        shard.enqueue("q", [NewJob(body=b"ok", priority=2), NewJob(body=b"a"),
-                            NewJob(body=b"b")])
+        shard.enqueue("q", [NewJob(body=b"ok", priority=2), NewJob(body=b"a"), NewJob(body=b"b")])
     assert shard.count("q", JobState.PENDING, [1, 2], False, 10, None) == 0
 
 
 def test_enqueue_of_many_priorities_is_one_atomic_batch(shard):
-    ids = shard.enqueue("q", [NewJob(body=b"1", priority=1), NewJob(body=b"3", priority=3),
-                              NewJob(body=b"1b", priority=1)])
+    ids = shard.enqueue(
+        "q",
+        [
+            NewJob(body=b"1", priority=1),
+            NewJob(body=b"3", priority=3),
+            NewJob(body=b"1b", priority=1),
+        ],
+    )
     assert ids == [1, 1, 2]
     assert record(shard, 1, priority=3).body == b"3"
 
@@ -310,8 +323,9 @@ def test_stale_worker_cannot_ack_a_reclaimed_and_redequeued_job(shard):
     assert shard.reclaim_expired("q", 1, 5_000, 10).retried == 1
     (second,) = dequeue(shard)
     assert shard.ack("q", [Ack(1, first.local_id, ClaimMatch(SOURCE, first.claim))], []) == 0
-    assert shard.checkpoint("q", [Checkpoint(1, first.local_id,
-                                             ClaimMatch(SOURCE, first.claim))]) == 0
+    assert (
+        shard.checkpoint("q", [Checkpoint(1, first.local_id, ClaimMatch(SOURCE, first.claim))]) == 0
+    )
     rec = record(shard, second.local_id)
     assert rec.state == JobState.IN_PROGRESS and rec.claim == second.claim
     assert rec.attempts_remaining == 2
@@ -340,8 +354,10 @@ def test_status_cap_counts_characters_and_keeps_the_newest_text(shard):
     (job_id,) = enqueue(shard, b"x", custom_status="é" * 30)
     assert record(shard, job_id).custom_status == "é" * 20
     dequeue(shard)
-    assert shard.checkpoint("q", [Checkpoint(1, job_id, ClaimMatch(SOURCE),
-                                             prepend_status="€😀")]) == 1
+    assert (
+        shard.checkpoint("q", [Checkpoint(1, job_id, ClaimMatch(SOURCE), prepend_status="€😀")])
+        == 1
+    )
     assert record(shard, job_id).custom_status == "€😀" + "é" * 18  # prepend keeps the first
     shard.ack("q", [Ack(1, job_id, ClaimMatch(SOURCE), append_status="a😀" * 3)], [])
     assert record(shard, job_id).custom_status == "é" * 14 + "a😀" * 3  # append keeps the last
@@ -352,16 +368,36 @@ def test_checkpoint_updates_body_attempts_run_after_and_extends_the_claim(shard)
     (job,) = dequeue(shard)
     shard.clock_offset_ms = 4_000
     later = shard.now_ms() + HOUR_MS
-    assert shard.checkpoint("q", [Checkpoint(1, job_id, ClaimMatch(SOURCE, job.claim),
-                                             new_body=b"\xffnew", attempts_allowed=7,
-                                             run_after_ms=later)]) == 1
+    assert (
+        shard.checkpoint(
+            "q",
+            [
+                Checkpoint(
+                    1,
+                    job_id,
+                    ClaimMatch(SOURCE, job.claim),
+                    new_body=b"\xffnew",
+                    attempts_allowed=7,
+                    run_after_ms=later,
+                )
+            ],
+        )
+        == 1
+    )
     rec = record(shard, job_id)
-    assert (rec.state, rec.body, rec.attempts_allowed, rec.attempts_remaining,
-            rec.run_after_ms) == (JobState.IN_PROGRESS, b"\xffnew", 7, 7, later)
+    assert (
+        rec.state,
+        rec.body,
+        rec.attempts_allowed,
+        rec.attempts_remaining,
+        rec.run_after_ms,
+    ) == (JobState.IN_PROGRESS, b"\xffnew", 7, 7, later)
     assert shard.reclaim_expired("q", 1, 3_000, 10).retried == 0  # updated_at moved forward
     assert shard.count("q", JobState.IN_PROGRESS, [1], True, 10, None) == 1  # re-indexed
-    assert shard.checkpoint("q", [Checkpoint(1, job_id, ClaimMatch(SOURCE),
-                                             move_to_pending=True)]) == 1
+    assert (
+        shard.checkpoint("q", [Checkpoint(1, job_id, ClaimMatch(SOURCE), move_to_pending=True)])
+        == 1
+    )
     rec = record(shard, job_id)
     assert (rec.state, rec.claim) == (JobState.PENDING, None)
     assert shard.checkpoint("q", [Checkpoint(1, job_id, ClaimMatch(SOURCE))]) == 0
@@ -394,8 +430,7 @@ def test_scan_pages_through_equal_run_afters_newest_first(shard):
         bound = ScanBound(page[-1].run_after_ms, page[-1].local_id)
     assert seen == sorted(seen, reverse=True) and len(seen) == len(set(seen)) == 26
     assert seen[0][1] == 26 and seen[1] == (now - 100, 25)
-    assert all(r.body is None for r in shard.scan("q", JobState.PENDING, {1: None}, False, 3,
-                                                  None))
+    assert all(r.body is None for r in shard.scan("q", JobState.PENDING, {1: None}, False, 3, None))
 
 
 def test_scan_of_other_states_filters_by_run_after_and_body(shard):
@@ -431,8 +466,10 @@ def test_reclaim_uses_updated_at_and_attempts(shard):
     shard.clock_offset_ms = 6_000
     counts = shard.reclaim_expired("q", 1, 5_000, 10)
     assert (counts.retried, counts.failed) == (1, 1)
-    assert [r.state for r in shard.lookup("q", [(1, 1), (1, 2)], False)] == \
-        [JobState.PENDING, JobState.FAILED]
+    assert [r.state for r in shard.lookup("q", [(1, 1), (1, 2)], False)] == [
+        JobState.PENDING,
+        JobState.FAILED,
+    ]
 
 
 def test_purge_uses_updated_at_not_run_after(shard):
@@ -487,8 +524,9 @@ def test_four_threads_dequeuing_claim_each_job_exactly_once(shard):
 
 
 def test_unreachable_shard_fails_fast_with_a_retriable_error(backend):
-    shard = backend.open_shard(RedisShardSpec(name="gone", port=redis_env.free_port(),
-                                              socket_connect_timeout_seconds=0.5))
+    shard = backend.open_shard(
+        RedisShardSpec(name="gone", port=redis_env.free_port(), socket_connect_timeout_seconds=0.5)
+    )
     started = time.monotonic()
     with pytest.raises(ShardError) as err:
         shard.ping()
@@ -500,8 +538,9 @@ def test_unreachable_shard_fails_fast_with_a_retriable_error(backend):
 
 def test_a_frozen_redis_times_out_instead_of_hanging(backend, tmp_path):
     with redis_env.running_server(tmp_path / "frozen") as frozen:
-        shard = backend.open_shard(RedisShardSpec(name="frozen", port=frozen.port,
-                                                  socket_timeout_seconds=0.5))
+        shard = backend.open_shard(
+            RedisShardSpec(name="frozen", port=frozen.port, socket_timeout_seconds=0.5)
+        )
         shard.create_queue("q")
         os.kill(frozen.proc.pid, signal.SIGSTOP)
         try:
@@ -545,8 +584,9 @@ def test_ack_and_dequeue_on_an_unknown_queue_changes_nothing(shard):
     (job_id,) = enqueue(shard, b"x")
     (job,) = dequeue(shard)
     with pytest.raises(QueueNotFound):
-        shard.ack_and_dequeue("nope", [Ack(1, job_id, ClaimMatch(SOURCE, job.claim))], [], 1,
-                              5, new_claim(SOURCE))
+        shard.ack_and_dequeue(
+            "nope", [Ack(1, job_id, ClaimMatch(SOURCE, job.claim))], [], 1, 5, new_claim(SOURCE)
+        )
     assert record(shard, job_id).state == JobState.IN_PROGRESS
 
 
@@ -590,8 +630,9 @@ def test_oom_refusal_is_storage_full_and_stores_nothing(backend, tmp_path):
 
 
 def test_durability_warnings_flag_aof_off_and_eviction(backend, tmp_path):
-    with redis_env.running_server(tmp_path / "aofoff", appendonly=False,
-                                  extra=["--maxmemory-policy", "allkeys-lru"]) as weak:
+    with redis_env.running_server(
+        tmp_path / "aofoff", appendonly=False, extra=["--maxmemory-policy", "allkeys-lru"]
+    ) as weak:
         warnings = open_shard(backend, weak, "weak").durability_warnings()
     assert any("appendonly" in w for w in warnings)
     assert any("allkeys-lru" in w for w in warnings)
@@ -606,7 +647,8 @@ def test_shipped_redis_conf_has_no_durability_warnings(backend, tmp_path):
 
 
 def test_durability_warnings_when_config_is_disabled(backend, tmp_path):
-    with redis_env.running_server(tmp_path / "noconf",
-                                  extra=["--rename-command", "CONFIG", ""]) as locked:
+    with redis_env.running_server(
+        tmp_path / "noconf", extra=["--rename-command", "CONFIG", ""]
+    ) as locked:
         warnings = open_shard(backend, locked, "locked").durability_warnings()
     assert len(warnings) == 1 and "could not check" in warnings[0]

@@ -13,15 +13,18 @@ def _response(claim):
     meta = wire.PinLaterDequeueMetadata(attemptsAllowed=3, attemptsRemaining=2)
     if claim is not None:
         meta.claimDescriptor = claim
-    return wire.PinLaterDequeueResponse(jobs={"q:s1:p1:7": b"\x00body", "q:s1:p2:8": b""},
-                                        jobMetadata={"q:s1:p1:7": meta})
+    return wire.PinLaterDequeueResponse(
+        jobs={"q:s1:p1:7": b"\x00body", "q:s1:p2:8": b""}, jobMetadata={"q:s1:p1:7": meta}
+    )
 
 
 def test_dequeued_jobs_equal_the_dataclass_built_the_plain_way():
     for claim in ("0123456789abcdef01234567:host", None):
         got = dequeued_jobs(_response(claim))
-        assert got == [DequeuedJob("q:s1:p1:7", b"\x00body", 3, 2, claim),
-                       DequeuedJob("q:s1:p2:8", b"", None, None, None)]
+        assert got == [
+            DequeuedJob("q:s1:p1:7", b"\x00body", 3, 2, claim),
+            DequeuedJob("q:s1:p2:8", b"", None, None, None),
+        ]
         assert all(type(job) is DequeuedJob for job in got)
         with_hash = {job: job.descriptor for job in got}  # frozen: hashable, immutable
         assert len(with_hash) == 2
@@ -45,5 +48,6 @@ def test_load_mode_acks_every_job_at_100_percent_and_splits_otherwise():
     assert _decide(jobs, 100).succeeded == tuple(jobs) and _decide(jobs, 100).failed == ()
     assert _decide(jobs, 0).failed == tuple(jobs)
     mixed = _decide(jobs, 50)
-    assert sorted(mixed.succeeded + mixed.failed, key=lambda j: j.descriptor) == \
-        sorted(jobs, key=lambda j: j.descriptor)
+    assert sorted(mixed.succeeded + mixed.failed, key=lambda j: j.descriptor) == sorted(
+        jobs, key=lambda j: j.descriptor
+    )

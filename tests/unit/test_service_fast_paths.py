@@ -7,11 +7,11 @@ import itertools
 
 import pytest
 
-from pinlater.handler import validation
 from pinlater.app import load_config
 from pinlater.errors import PinLaterError
-from pinlater.idl import pinlater_thrift as T
+from pinlater.handler import validation
 from pinlater.handler.handler import PinLaterHandler, _PlainAcks
+from pinlater.idl import pinlater_thrift as T
 
 SOURCE = "worker:host1"
 
@@ -29,8 +29,12 @@ class _Store:
 
 @pytest.fixture(scope="module")
 def handler() -> PinLaterHandler:
-    config = load_config(env={}, overrides={
-        "backend": {"kind": "sqlite", "shards": [{"name": "r1", "path": "/nonexistent.db"}]}})
+    config = load_config(
+        env={},
+        overrides={
+            "backend": {"kind": "sqlite", "shards": [{"name": "r1", "path": "/nonexistent.db"}]}
+        },
+    )
     return PinLaterHandler(_Store(), config)
 
 
@@ -46,13 +50,19 @@ def test_plain_jobs_convert_as_the_checked_path_does(handler):
     long_status = "é" * (limits.custom_status_max_chars + 5)
     plain = 0
     for body, priority, attempts, run_after, status in itertools.product(
-            [b"x", b"", "text", bytearray(b"x"), None, 5, b"x" * (limits.body_max_bytes + 1)],
-            [None, 0, 1, levels, levels + 1, True, 1.0],
-            [None, 0, 1, limits.max_attempts, limits.max_attempts + 1, False],
-            [None, -1, 0, validation.MAX_TIMESTAMP_MS, validation.MAX_TIMESTAMP_MS + 1, True],
-            [None, "", "ok", long_status, b"x", 5]):
-        job = T.PinLaterJob(body=body, priority=priority, numAttemptsAllowed=attempts,
-                            runAfterTimestampMillis=run_after, customStatus=status)
+        [b"x", b"", "text", bytearray(b"x"), None, 5, b"x" * (limits.body_max_bytes + 1)],
+        [None, 0, 1, levels, levels + 1, True, 1.0],
+        [None, 0, 1, limits.max_attempts, limits.max_attempts + 1, False],
+        [None, -1, 0, validation.MAX_TIMESTAMP_MS, validation.MAX_TIMESTAMP_MS + 1, True],
+        [None, "", "ok", long_status, b"x", 5],
+    ):
+        job = T.PinLaterJob(
+            body=body,
+            priority=priority,
+            numAttemptsAllowed=attempts,
+            runAfterTimestampMillis=run_after,
+            customStatus=status,
+        )
         fast = handler._plain_new_job(job)
         if fast is not None:
             plain += 1
@@ -66,14 +76,31 @@ def test_plain_acks_convert_as_the_checked_path_does(handler):
     levels = handler.levels
     plain = 0
     for descriptor, claim, status, delay in itertools.product(
-            ["q:sr1:p1:5", f"q:sr1:p{levels}:5", f"q:sr1:p{levels + 1}:5", "q:sr1:p0:5",
-             "other:sr1:p1:5", "q:sx:p1:9223372036854775807", "q:sr1:p1:9223372036854775808",
-             "q:sr1:p1:x", "q:sr1:p1:١", "q:sr1:p01:007", "é:sr1:p1:5", None, b"q:sr1:p1:5"],
-            [None, "", "abc:" + SOURCE, b"abc", 5],
-            [None, "", "done", b"x"],
-            [None, 0, -5, 1000, 10**18, True, 1.5]):
-        info = T.PinLaterJobAckInfo(jobDescriptor=descriptor, claimDescriptor=claim,
-                                    appendCustomStatus=status, retryDelayMillis=delay)
+        [
+            "q:sr1:p1:5",
+            f"q:sr1:p{levels}:5",
+            f"q:sr1:p{levels + 1}:5",
+            "q:sr1:p0:5",
+            "other:sr1:p1:5",
+            "q:sx:p1:9223372036854775807",
+            "q:sr1:p1:9223372036854775808",
+            "q:sr1:p1:x",
+            "q:sr1:p1:١",
+            "q:sr1:p01:007",
+            "é:sr1:p1:5",
+            None,
+            b"q:sr1:p1:5",
+        ],
+        [None, "", "abc:" + SOURCE, b"abc", 5],
+        [None, "", "done", b"x"],
+        [None, 0, -5, 1000, 10**18, True, 1.5],
+    ):
+        info = T.PinLaterJobAckInfo(
+            jobDescriptor=descriptor,
+            claimDescriptor=claim,
+            appendCustomStatus=status,
+            retryDelayMillis=delay,
+        )
         fast = _PlainAcks("q", SOURCE, levels).convert(info)
         if fast is not None:
             plain += 1

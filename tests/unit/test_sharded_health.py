@@ -35,8 +35,7 @@ class Failing:
 
 @pytest.fixture
 def store(tmp_path):
-    store = sharded_store(tmp_path, num_priorities=3, retries=2, unhealthy_after_failures=3,
-                          seed=7)
+    store = sharded_store(tmp_path, num_priorities=3, retries=2, unhealthy_after_failures=3, seed=7)
     yield store
     store.close()
 
@@ -81,6 +80,7 @@ def test_a_probe_brings_a_recovered_shard_back(store):
 
 def test_no_enqueue_shard_left_answers_no_healthy_shards(store):
     from pinlater.errors import NoHealthyShards
+
     store.health.mark_unhealthy("a")
     store.health.mark_unhealthy("b")
     with pytest.raises(NoHealthyShards):

@@ -34,14 +34,15 @@ class Spy:
         self.calls.append(f"ack+dequeue{priority}")
         if self.combined_error is not None:
             raise self.combined_error
-        return (self._shard.ack(queue, succeeded, failed),
-                self._shard.dequeue(queue, priority, limit, claim))
+        return (
+            self._shard.ack(queue, succeeded, failed),
+            self._shard.dequeue(queue, priority, limit, claim),
+        )
 
 
 @pytest.fixture
 def store(tmp_path):
-    store = sharded_store(tmp_path, num_priorities=2, retries=1, unhealthy_after_failures=5,
-                          seed=3)
+    store = sharded_store(tmp_path, num_priorities=2, retries=1, unhealthy_after_failures=5, seed=3)
     for name in ("a", "b"):
         store._set.shards[name] = Spy(store._set.shards[name])
     yield store
@@ -63,8 +64,9 @@ def held_on(store, shard, n):
 
 
 def states(store, shard, acks):
-    return {r.state for r in store.shard(shard).lookup("q", [(1, a.local_id) for _, a in acks],
-                                                       False)}
+    return {
+        r.state for r in store.shard(shard).lookup("q", [(1, a.local_id) for _, a in acks], False)
+    }
 
 
 def test_acks_of_one_shard_ride_with_its_first_dequeue(store):

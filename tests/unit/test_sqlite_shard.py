@@ -12,11 +12,11 @@ import pytest
 
 from backends.sql_base import QueryBook, SQLDialect, parse_named_queries
 from backends.sqlite import SQLITE, SQLiteBackend, SQLiteShardSpec
-from pinlater.storage.contract import StorageLimits
-from pinlater.storage.claims import new_claim
-from pinlater.common.sections import ConfigError
 from pinlater.app import load_config
+from pinlater.common.sections import ConfigError
 from pinlater.errors import InvalidRequest, QueueNotFound
+from pinlater.storage.claims import new_claim
+from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import ShardError
 from pinlater.storage.models import Ack, Checkpoint, ClaimMatch, JobState, NewJob, ScanBound
 
@@ -37,10 +37,18 @@ class FakeClock:
         self.now += ms / 1000
 
 
-def open_shard(data_dir: Path, clock: FakeClock, *, levels: int = 3, status_cap: int = 20,
-               name: str = "1", **options):
-    opts = SQLiteBackend.parse_options({"data_dir": str(data_dir), "clock": clock, **options},
-                                       "backend")
+def open_shard(
+    data_dir: Path,
+    clock: FakeClock,
+    *,
+    levels: int = 3,
+    status_cap: int = 20,
+    name: str = "1",
+    **options,
+):
+    opts = SQLiteBackend.parse_options(
+        {"data_dir": str(data_dir), "clock": clock, **options}, "backend"
+    )
     backend = SQLiteBackend(opts, StorageLimits(num_priorities=levels, status_cap=status_cap))
     return backend.open_shard(SQLiteShardSpec(name=name))
 
@@ -156,12 +164,15 @@ def test_reopening_with_more_priority_levels_creates_the_missing_tables(tmp_path
 
 
 def test_enqueue_returns_ids_in_input_order_across_priorities(shard):
-    jobs = [NewJob(b"a", priority=1), NewJob(b"b", priority=2), NewJob(b"c", priority=1),
-            NewJob(b"d", priority=2)]
+    jobs = [
+        NewJob(b"a", priority=1),
+        NewJob(b"b", priority=2),
+        NewJob(b"c", priority=1),
+        NewJob(b"d", priority=2),
+    ]
     assert shard.enqueue("q", jobs) == [1, 1, 2, 2]
     assert shard.enqueue("q", [NewJob(b"e", priority=2)]) == [3]
-    assert [r.body for r in shard.lookup("q", [(2, 1), (2, 2), (2, 3)], True)] == \
-        [b"b", b"d", b"e"]
+    assert [r.body for r in shard.lookup("q", [(2, 1), (2, 2), (2, 3)], True)] == [b"b", b"d", b"e"]
 
 
 def test_bodies_come_back_byte_identical(shard):
@@ -174,8 +185,11 @@ def test_bodies_come_back_byte_identical(shard):
 def test_enqueue_stores_attempts_times_and_a_truncated_status(shard, clock):
     [local_id] = enqueue(shard, b"x", attempts_allowed=5, custom_status="s" * 30)
     record = state_of(shard, local_id)
-    assert (record.state, record.attempts_allowed, record.attempts_remaining) == \
-        (JobState.PENDING, 5, 5)
+    assert (record.state, record.attempts_allowed, record.attempts_remaining) == (
+        JobState.PENDING,
+        5,
+        5,
+    )
     assert record.created_at_ms == record.updated_at_ms == record.run_after_ms == T0_MS
     assert record.custom_status == "s" * 20
     assert record.claim is None
@@ -195,16 +209,21 @@ def test_dequeue_orders_by_run_after_then_id_and_skips_future_jobs(shard, clock)
 def test_dequeue_claims_with_updated_at_now_and_dry_run_changes_nothing(shard, clock):
     enqueue(shard, b"a", b"b", b"c", attempts_allowed=3)
     dry = shard.dequeue("q", 1, 2, None)
-    assert [(j.body, j.claim, j.attempts_remaining) for j in dry] == \
-        [(b"a", None, 3), (b"b", None, 3)]
+    assert [(j.body, j.claim, j.attempts_remaining) for j in dry] == [
+        (b"a", None, 3),
+        (b"b", None, 3),
+    ]
     assert state_of(shard, 1).state == JobState.PENDING
     clock.advance_ms(500)
     claim = new_claim(SOURCE)
     jobs = shard.dequeue("q", 1, 2, claim)
     assert [(j.local_id, j.claim) for j in jobs] == [(1, claim), (2, claim)]
     record = state_of(shard, 1)
-    assert (record.state, record.claim, record.updated_at_ms) == \
-        (JobState.IN_PROGRESS, claim, T0_MS + 500)
+    assert (record.state, record.claim, record.updated_at_ms) == (
+        JobState.IN_PROGRESS,
+        claim,
+        T0_MS + 500,
+    )
     assert [j.local_id for j in dequeue(shard)] == [3]
 
 
@@ -247,16 +266,33 @@ def test_success_ack_needs_in_progress_and_a_matching_claim(shard):
     enqueue(shard, b"a", b"b", b"c", b"pending")
     jobs = dequeue(shard, limit=3)
     other = new_claim(SOURCE)
-    assert shard.ack("q", [Ack(1, 1, ClaimMatch(SOURCE, claim=other)),
-                           Ack(1, 2, ClaimMatch("worker:host")),
-                           Ack(1, 4, ClaimMatch(SOURCE))], []) == 0
+    assert (
+        shard.ack(
+            "q",
+            [
+                Ack(1, 1, ClaimMatch(SOURCE, claim=other)),
+                Ack(1, 2, ClaimMatch("worker:host")),
+                Ack(1, 4, ClaimMatch(SOURCE)),
+            ],
+            [],
+        )
+        == 0
+    )
     assert {state_of(shard, i).state for i in (1, 2)} == {JobState.IN_PROGRESS}
     assert state_of(shard, 4).state == JobState.PENDING
-    assert shard.ack("q", [Ack(1, 1, ClaimMatch(SOURCE, claim=jobs[0].claim), "ok"),
-                           Ack(1, 2, ClaimMatch(SOURCE))], []) == 2
+    assert (
+        shard.ack(
+            "q",
+            [
+                Ack(1, 1, ClaimMatch(SOURCE, claim=jobs[0].claim), "ok"),
+                Ack(1, 2, ClaimMatch(SOURCE)),
+            ],
+            [],
+        )
+        == 2
+    )
     done = state_of(shard, 1)
-    assert (done.state, done.custom_status, done.claim) == (JobState.SUCCEEDED, "ok",
-                                                            jobs[0].claim)
+    assert (done.state, done.custom_status, done.claim) == (JobState.SUCCEEDED, "ok", jobs[0].claim)
     assert shard.ack("q", [Ack(1, 1, ClaimMatch(SOURCE), "again")], []) == 0
     assert state_of(shard, 1).custom_status == "ok"
 
@@ -273,16 +309,27 @@ def test_failure_ack_retries_with_delay_then_fails_for_good(shard, clock):
     [job] = dequeue(shard)
     assert shard.ack("q", [], [Ack(1, 1, ClaimMatch(SOURCE), "1", retry_delay_ms=300)]) == 1
     record = state_of(shard, 1)
-    assert (record.state, record.attempts_remaining, record.claim, record.run_after_ms,
-            record.custom_status) == (JobState.PENDING, 1, None, T0_MS + 300, "s1")
+    assert (
+        record.state,
+        record.attempts_remaining,
+        record.claim,
+        record.run_after_ms,
+        record.custom_status,
+    ) == (JobState.PENDING, 1, None, T0_MS + 300, "s1")
     assert dequeue(shard) == []
     clock.advance_ms(300)
     [job] = dequeue(shard)
-    assert shard.ack("q", [], [Ack(1, 1, ClaimMatch(SOURCE, job.claim), "2",
-                                   retry_delay_ms=999)]) == 1
+    assert (
+        shard.ack("q", [], [Ack(1, 1, ClaimMatch(SOURCE, job.claim), "2", retry_delay_ms=999)]) == 1
+    )
     record = state_of(shard, 1)
-    assert (record.state, record.attempts_remaining, record.claim, record.run_after_ms,
-            record.custom_status) == (JobState.FAILED, 0, job.claim, T0_MS + 300, "s12")
+    assert (
+        record.state,
+        record.attempts_remaining,
+        record.claim,
+        record.run_after_ms,
+        record.custom_status,
+    ) == (JobState.FAILED, 0, job.claim, T0_MS + 300, "s12")
 
 
 def test_failure_ack_with_negative_delay_is_due_now(shard, clock):
@@ -300,14 +347,26 @@ def test_checkpoint_applies_every_field_and_extends_the_claim(shard, clock):
     enqueue(shard, b"old", attempts_allowed=2, custom_status="0123456789")
     [job] = dequeue(shard)
     clock.advance_ms(1000)
-    cp = Checkpoint(1, 1, ClaimMatch(SOURCE, job.claim), new_body=b"new",
-                    run_after_ms=T0_MS + 99_000, attempts_allowed=7,
-                    prepend_status="abcdefghijklmno")
+    cp = Checkpoint(
+        1,
+        1,
+        ClaimMatch(SOURCE, job.claim),
+        new_body=b"new",
+        run_after_ms=T0_MS + 99_000,
+        attempts_allowed=7,
+        prepend_status="abcdefghijklmno",
+    )
     assert shard.checkpoint("q", [cp]) == 1
     record = state_of(shard, 1)
-    assert (record.state, record.body, record.run_after_ms, record.attempts_allowed,
-            record.attempts_remaining, record.updated_at_ms, record.claim) == \
-        (JobState.IN_PROGRESS, b"new", T0_MS + 99_000, 7, 7, T0_MS + 1000, job.claim)
+    assert (
+        record.state,
+        record.body,
+        record.run_after_ms,
+        record.attempts_allowed,
+        record.attempts_remaining,
+        record.updated_at_ms,
+        record.claim,
+    ) == (JobState.IN_PROGRESS, b"new", T0_MS + 99_000, 7, 7, T0_MS + 1000, job.claim)
     assert record.custom_status == "abcdefghijklmno01234"
 
 
@@ -317,17 +376,33 @@ def test_checkpoint_without_fields_keeps_them_and_sets_run_after_now(shard, cloc
     clock.advance_ms(10)
     assert shard.checkpoint("q", [Checkpoint(1, 1, ClaimMatch(SOURCE))]) == 1
     record = state_of(shard, 1)
-    assert (record.body, record.attempts_allowed, record.custom_status, record.run_after_ms) == \
-        (b"body", 4, "st", T0_MS + 10)
+    assert (record.body, record.attempts_allowed, record.custom_status, record.run_after_ms) == (
+        b"body",
+        4,
+        "st",
+        T0_MS + 10,
+    )
 
 
 def test_checkpoint_move_to_pending_clears_the_claim_and_stale_claims_do_nothing(shard):
     enqueue(shard, b"a")
     [job] = dequeue(shard)
-    assert shard.checkpoint("q", [Checkpoint(1, 1, ClaimMatch(SOURCE, new_claim(SOURCE))),
-                                  Checkpoint(1, 1, ClaimMatch("worker"))]) == 0
-    assert shard.checkpoint("q", [Checkpoint(1, 1, ClaimMatch(SOURCE, job.claim),
-                                             move_to_pending=True)]) == 1
+    assert (
+        shard.checkpoint(
+            "q",
+            [
+                Checkpoint(1, 1, ClaimMatch(SOURCE, new_claim(SOURCE))),
+                Checkpoint(1, 1, ClaimMatch("worker")),
+            ],
+        )
+        == 0
+    )
+    assert (
+        shard.checkpoint(
+            "q", [Checkpoint(1, 1, ClaimMatch(SOURCE, job.claim), move_to_pending=True)]
+        )
+        == 1
+    )
     record = state_of(shard, 1)
     assert (record.state, record.claim) == (JobState.PENDING, None)
     assert shard.checkpoint("q", [Checkpoint(1, 1, ClaimMatch(SOURCE))]) == 0
@@ -366,9 +441,11 @@ def test_a_body_filter_error_propagates_unchanged(shard):
     def bad(body):
         raise InvalidRequest("bodyRegexToMatch: too slow")
 
-    for call in (lambda: shard.count("q", JobState.PENDING, [1], False, 9, bad),
-                 lambda: shard.scan("q", JobState.PENDING, {1: None}, False, 9, bad),
-                 lambda: shard.delete_jobs("q", JobState.PENDING, 1, 9, bad)):
+    for call in (
+        lambda: shard.count("q", JobState.PENDING, [1], False, 9, bad),
+        lambda: shard.scan("q", JobState.PENDING, {1: None}, False, 9, bad),
+        lambda: shard.delete_jobs("q", JobState.PENDING, 1, 9, bad),
+    ):
         with pytest.raises(InvalidRequest, match="too slow"):
             call()
     assert shard.count("q", JobState.PENDING, [1], False, 9, None) == 1
@@ -389,8 +466,9 @@ def test_scan_returns_newest_first_and_resumes_after_a_bound(shard):
 def test_scan_limits_each_priority_and_filters_bodies(shard):
     enqueue(shard, *[b"keep", b"drop"] * 150)
     enqueue(shard, b"keep", b"keep", priority=2)
-    found = shard.scan("q", JobState.PENDING, {1: None, 2: None}, False, 120,
-                       lambda b: b == b"keep")
+    found = shard.scan(
+        "q", JobState.PENDING, {1: None, 2: None}, False, 120, lambda b: b == b"keep"
+    )
     assert [r.priority for r in found].count(1) == 120
     assert [r.priority for r in found].count(2) == 2
     assert all(r.body is None and r.local_id % 2 == 1 for r in found if r.priority == 1)
@@ -410,11 +488,18 @@ def _fail_all(shard, n, clock, step_ms=10):
 def test_retry_failed_moves_the_oldest_failed_jobs_back_to_pending(shard, clock):
     _fail_all(shard, 3, clock)
     assert shard.retry_failed("q", 1, 4, None, 2) == 2
-    assert [state_of(shard, i).state for i in (1, 2, 3)] == \
-        [JobState.PENDING, JobState.PENDING, JobState.FAILED]
+    assert [state_of(shard, i).state for i in (1, 2, 3)] == [
+        JobState.PENDING,
+        JobState.PENDING,
+        JobState.FAILED,
+    ]
     record = state_of(shard, 1)
-    assert (record.attempts_remaining, record.attempts_allowed, record.claim,
-            record.run_after_ms) == (4, 1, None, int(clock.now * 1000))
+    assert (
+        record.attempts_remaining,
+        record.attempts_allowed,
+        record.claim,
+        record.run_after_ms,
+    ) == (4, 1, None, int(clock.now * 1000))
     assert shard.retry_failed("q", 1, 1, T0_MS + 10**6, 10) == 1
     assert state_of(shard, 3).run_after_ms == T0_MS + 10**6
 
@@ -423,8 +508,11 @@ def test_delete_jobs_touches_only_the_state_up_to_the_limit(shard):
     enqueue(shard, b"a1", b"b2", b"a3", b"a4", b"b5")
     dequeue(shard, limit=1)
     assert shard.delete_jobs("q", JobState.PENDING, 1, 2, lambda b: b.startswith(b"a")) == 2
-    assert [r.local_id for r in shard.lookup("q", [(1, i) for i in range(1, 6)], False)] == \
-        [1, 2, 5]
+    assert [r.local_id for r in shard.lookup("q", [(1, i) for i in range(1, 6)], False)] == [
+        1,
+        2,
+        5,
+    ]
     assert shard.delete_jobs("q", JobState.PENDING, 1, 10, None) == 2
     assert [r.local_id for r in shard.lookup("q", [(1, i) for i in range(1, 6)], False)] == [1]
 
@@ -444,8 +532,12 @@ def test_reclaim_expired_uses_failure_arithmetic_and_the_limit(shard, clock):
     counts = shard.reclaim_expired("q", 1, 5000, 10)
     assert (counts.retried, counts.failed) == (1, 1)
     retried, failed, fresh = (state_of(shard, i) for i in (1, 2, 3))
-    assert (retried.state, retried.attempts_remaining, retried.claim, retried.run_after_ms) == \
-        (JobState.PENDING, 2, None, T0_MS + 5001)
+    assert (retried.state, retried.attempts_remaining, retried.claim, retried.run_after_ms) == (
+        JobState.PENDING,
+        2,
+        None,
+        T0_MS + 5001,
+    )
     assert (failed.state, failed.attempts_remaining) == (JobState.FAILED, 0)
     assert fresh.state == JobState.IN_PROGRESS
 
@@ -536,8 +628,10 @@ def test_database_files_use_wal_and_one_file_per_shard(tmp_path, clock):
 
 def test_options_report_every_problem_with_its_key_path():
     with pytest.raises(ConfigError) as info:
-        SQLiteBackend.parse_options({"data_dir": "", "synchronous": "OFF",
-                                     "busy_timeout_ms": -1, "clock": 3, "colour": 1}, "backend")
+        SQLiteBackend.parse_options(
+            {"data_dir": "", "synchronous": "OFF", "busy_timeout_ms": -1, "clock": 3, "colour": 1},
+            "backend",
+        )
     joined = "\n".join(info.value.problems)
     for key in ("data_dir", "synchronous", "busy_timeout_ms", "clock", "colour"):
         assert f"backend.{key}" in joined
@@ -545,11 +639,13 @@ def test_options_report_every_problem_with_its_key_path():
 
 def test_shards_default_to_one_named_1_and_must_not_share_a_file(tmp_path):
     options = SQLiteBackend.parse_options({"data_dir": str(tmp_path)}, "backend")
-    assert SQLiteBackend.parse_shards(None, options, "backend.shards") == \
-        [SQLiteShardSpec(name="1")]
+    assert SQLiteBackend.parse_shards(None, options, "backend.shards") == [
+        SQLiteShardSpec(name="1")
+    ]
     with pytest.raises(ConfigError, match=r"backend.shards\[1\].path"):
-        SQLiteBackend.parse_shards([{"name": "a"}, {"name": "b", "path": "shard-a.db"}],
-                                   options, "backend.shards")
+        SQLiteBackend.parse_shards(
+            [{"name": "a"}, {"name": "b", "path": "shard-a.db"}], options, "backend.shards"
+        )
 
 
 def test_the_example_config_loads_with_two_sqlite_shards():
@@ -560,8 +656,15 @@ def test_the_example_config_loads_with_two_sqlite_shards():
 
 def test_every_named_query_has_a_description_and_identifiers_are_validated():
     book = QueryBook(SQLITE)
-    assert {"dequeue_select", "claim_by_ids", "ack_success", "ack_failure", "checkpoint",
-            "purge", "create_job_table"} <= set(book.queries)
+    assert {
+        "dequeue_select",
+        "claim_by_ids",
+        "ack_success",
+        "ack_failure",
+        "checkpoint",
+        "purge",
+        "create_job_table",
+    } <= set(book.queries)
     assert all(q.doc for q in book.queries.values())
     assert '"q1_p2"' in book.render("purge", table=("q1_p2",))
     with pytest.raises(ValueError):
@@ -616,8 +719,13 @@ def test_acks_racing_the_reclaimer_move_each_job_exactly_once(tmp_path, clock):
 
     def acker():
         for start in range(0, 400, 10):
-            acked.append(shard.ack("race", [Ack(1, j.local_id, ClaimMatch(SOURCE))
-                                            for j in jobs[start:start + 10]], []))
+            acked.append(
+                shard.ack(
+                    "race",
+                    [Ack(1, j.local_id, ClaimMatch(SOURCE)) for j in jobs[start : start + 10]],
+                    [],
+                )
+            )
 
     def reclaimer():
         for _ in range(100):  # bounded

@@ -1,4 +1,4 @@
-"""pinlater.server_wirecheck: one rule per test, on hand-built argument structs."""
+"""pinlater.server.wirecheck: one rule per test, on hand-built argument structs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,21 @@ import pytest
 from pinlater.idl import PinLater
 from pinlater.server.wirecheck import WireError, WireLimits, check_args, check_struct
 from tests.fuzz.wire import (
-    I32, I64, LIST, MAP, SET, STRING, STRUCT, context, field, i32, list_, request, string,
-    struct_, valid_calls,
+    I32,
+    I64,
+    LIST,
+    MAP,
+    SET,
+    STRING,
+    STRUCT,
+    context,
+    field,
+    i32,
+    list_,
+    request,
+    string,
+    struct_,
+    valid_calls,
 )
 
 ENQ = PinLater.enqueueJobs_args
@@ -88,22 +101,44 @@ def test_unknown_map_of_2_pow_31_entries_the_ten_second_stall_is_rejected_at_onc
 def test_containers_over_max_items_are_rejected_known_or_unknown():
     small = WireLimits(max_items=3)
     jobs = [struct_(field(STRING, 1, string(b"b")))] * 4
-    assert reason(struct_(request(field(STRING, 1, string("q")), field(
-        LIST, 2, list_(STRUCT, jobs)))), limits=small) == "too_many_items"
-    assert reason(struct_(field(SET, 77, list_(I32, [i32(1)] * 4))), limits=small) == \
-        "too_many_items"
+    assert (
+        reason(
+            struct_(request(field(STRING, 1, string("q")), field(LIST, 2, list_(STRUCT, jobs)))),
+            limits=small,
+        )
+        == "too_many_items"
+    )
+    assert (
+        reason(struct_(field(SET, 77, list_(I32, [i32(1)] * 4))), limits=small) == "too_many_items"
+    )
     ok = struct_(request(field(STRING, 1, string("q")), field(LIST, 2, list_(STRUCT, jobs[:3]))))
     assert check_args(ok, 0, ENQ, small) == len(ok)
 
 
 def test_invalid_utf8_in_a_string_field_is_named_by_its_path():
-    data = struct_(context(), request(field(STRING, 1, string("q")), field(LIST, 2, list_(
-        STRUCT, [struct_(field(STRING, 1, string(b"ok"))),
-                 struct_(field(STRING, 5, string(b"\xc3\x28")))]))))
+    data = struct_(
+        context(),
+        request(
+            field(STRING, 1, string("q")),
+            field(
+                LIST,
+                2,
+                list_(
+                    STRUCT,
+                    [
+                        struct_(field(STRING, 1, string(b"ok"))),
+                        struct_(field(STRING, 5, string(b"\xc3\x28"))),
+                    ],
+                ),
+            ),
+        ),
+    )
     with pytest.raises(WireError) as info:
         check_args(data, 0, ENQ)
     assert (info.value.reason, str(info.value)) == (
-        "bad_utf8", "request.jobs[1].customStatus: invalid UTF-8")
+        "bad_utf8",
+        "request.jobs[1].customStatus: invalid UTF-8",
+    )
 
 
 @pytest.mark.parametrize("bad", [b"ok\x80", b"\x80ok"])
@@ -114,20 +149,25 @@ def test_invalid_utf8_is_found_wherever_the_frame_has_other_non_ascii_bytes(befo
     body = field(STRING, 1, string(before))  # binary: any bytes
     good = struct_(body, field(STRING, 5, string("ok " * 50)))
     jobs = [good] * 3 + [struct_(body, field(STRING, 5, string(bad)))] + [good]
-    data = struct_(context(), request(field(STRING, 1, string("q")),
-                                      field(LIST, 2, list_(STRUCT, jobs))))
+    data = struct_(
+        context(), request(field(STRING, 1, string("q")), field(LIST, 2, list_(STRUCT, jobs)))
+    )
     with pytest.raises(WireError) as info:
         check_args(data, 0, ENQ)
     assert str(info.value) == "request.jobs[3].customStatus: invalid UTF-8"
-    fine = struct_(context("sourcé"), request(field(STRING, 1, string("q")),
-                                              field(LIST, 2, list_(STRUCT, [good] * 5))))
+    fine = struct_(
+        context("sourcé"),
+        request(field(STRING, 1, string("q")), field(LIST, 2, list_(STRUCT, [good] * 5))),
+    )
     assert check_args(fine, 0, ENQ) == len(fine)
 
 
 def test_binary_fields_and_unknown_fields_may_hold_any_bytes():
     body = field(STRING, 1, string(b"\xff\xfe\x00"))  # PinLaterJob.body is binary
-    data = struct_(request(field(STRING, 1, string("q")), field(LIST, 2, list_(
-        STRUCT, [struct_(body)]))), field(STRING, 50, string(b"\xff")))
+    data = struct_(
+        request(field(STRING, 1, string("q")), field(LIST, 2, list_(STRUCT, [struct_(body)]))),
+        field(STRING, 50, string(b"\xff")),
+    )
     assert check_args(data, 0, ENQ) == len(data)
 
 
@@ -159,8 +199,10 @@ def test_structural_check_without_idl_knowledge():
 
 def test_cost_is_linear_and_small_for_a_large_enqueue():
     job = struct_(field(STRING, 1, string(b"x" * 100)), field(STRING, 5, string("status")))
-    data = struct_(context(), request(field(STRING, 1, string("q")),
-                                      field(LIST, 2, list_(STRUCT, [job] * 1000))))
+    data = struct_(
+        context(),
+        request(field(STRING, 1, string("q")), field(LIST, 2, list_(STRUCT, [job] * 1000))),
+    )
     started = time.perf_counter()
     assert check_args(data, 0, ENQ) == len(data)
     assert time.perf_counter() - started < 0.1

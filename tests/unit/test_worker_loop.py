@@ -48,8 +48,9 @@ class ScriptedClient:
         not raise, and of rate-limited dequeues (the server applies their acks)."""
         ok, failed = [], []
         with self.lock:
-            calls = [c for c in self.calls
-                     if c[-1] is None or isinstance(c[-1], DequeueRateLimited)]
+            calls = [
+                c for c in self.calls if c[-1] is None or isinstance(c[-1], DequeueRateLimited)
+            ]
         for call in calls:
             if call[1] == "dequeue" and call[3] is not None:
                 ok += call[3].succeeded
@@ -117,7 +118,8 @@ def test_acks_ride_on_the_next_dequeue_with_the_servers_claims():
     run_until(worker, lambda: worker.stats().acks_sent == 3)
     ok, failed = client.delivered()
     assert sorted((a.descriptor, a.claim) for a in ok) == [
-        (f"q:s1:p1:{i}", f"claim{i}") for i in range(3)]
+        (f"q:s1:p1:{i}", f"claim{i}") for i in range(3)
+    ]
     assert failed == []
 
 
@@ -176,8 +178,7 @@ def test_acks_of_a_deleted_queue_are_dropped_with_an_error(caplog):
 
 
 def test_fail_job_checkpoints_one_attempt_then_acks_failure_unless_already_last():
-    client = ScriptedClient(jobs(1, remaining=2) + [
-        DequeuedJob("q:s1:p1:9", b"b", 2, 1, "claim9")])
+    client = ScriptedClient(jobs(1, remaining=2) + [DequeuedJob("q:s1:p1:9", b"b", 2, 1, "claim9")])
 
     def handler(job):
         raise FailJob("no")
@@ -187,12 +188,19 @@ def test_fail_job_checkpoints_one_attempt_then_acks_failure_unless_already_last(
     [checkpoint] = client.of("checkpoint")
     [request] = checkpoint[2]
     assert (request.descriptor, request.claim, request.attempts_allowed) == (
-        "q:s1:p1:0", "claim0", 1)
+        "q:s1:p1:0",
+        "claim0",
+        1,
+    )
     _, failed = client.delivered()
     assert sorted((a.descriptor, a.retry_delay_ms) for a in failed) == [
-        ("q:s1:p1:0", 0), ("q:s1:p1:9", 0)]
+        ("q:s1:p1:0", 0),
+        ("q:s1:p1:9", 0),
+    ]
     assert sorted(a.append_status for a in failed) == [
-        "attempt 1: FailJob: no; ", "attempt 2: FailJob: no; "]
+        "attempt 1: FailJob: no; ",
+        "attempt 2: FailJob: no; ",
+    ]
 
 
 def test_a_broken_retry_policy_still_acks_the_failure():
@@ -210,6 +218,7 @@ def test_a_broken_retry_policy_still_acks_the_failure():
 def test_exponential_policy_delay_reaches_the_ack():
     client = ScriptedClient([DequeuedJob("q:s1:p1:0", b"b", 10, 7, "c")])  # attempt 4
     from worker_sdk import ExponentialRetry
+
     worker = fast(client, lambda job: 1 / 0, retry=ExponentialRetry(base=1, max=100, jitter=0))
     run_until(worker, lambda: worker.stats().acks_sent == 1)
     assert client.delivered()[1][0].retry_delay_ms == 8000
@@ -217,8 +226,9 @@ def test_exponential_policy_delay_reaches_the_ack():
 
 def test_stop_waits_for_handlers_then_flushes_their_acks():
     client = ScriptedClient(jobs(2))
-    worker = fast(client, lambda job: time.sleep(0.3), concurrency=2, ack_delay=10,
-                  idle_backoff=(10, 10))
+    worker = fast(
+        client, lambda job: time.sleep(0.3), concurrency=2, ack_delay=10, idle_backoff=(10, 10)
+    )
     thread = worker.start()
     wait_for(lambda: worker.stats().dequeued == 2, 5)
     worker.stop()
@@ -233,8 +243,7 @@ def test_run_reports_unsent_acks_as_not_clean():
     client.errors["dequeue"].extend([None] + [PinLaterTransportError("down")] * 1000)
     worker = fast(client, lambda job: None, ack_flush_timeout=0.3)
     result = {}
-    thread = threading.Thread(target=lambda: result.update(clean=worker.run(
-        handle_signals=False)))
+    thread = threading.Thread(target=lambda: result.update(clean=worker.run(handle_signals=False)))
     thread.start()
     wait_for(lambda: worker.stats().succeeded == 1, 5)
     worker.stop()

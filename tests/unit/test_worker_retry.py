@@ -4,20 +4,35 @@ from __future__ import annotations
 
 import pytest
 
-from worker_sdk.job import RetryJob
+from worker_sdk.job import JobContext, RetryJob
 from worker_sdk.models import DequeuedJob
 from worker_sdk.retry import (
-    ConstantRetry, ExponentialRetry, FunctionRetry, as_policy, parse_duration, parse_retry,
+    ConstantRetry,
+    ExponentialRetry,
+    FunctionRetry,
+    as_policy,
+    parse_duration,
+    parse_retry,
 )
-from worker_sdk.job import JobContext
 
 
 def ctx(allowed=10, remaining=10):
     return JobContext(None, "q", DequeuedJob("q:s1:p1:1", b"", allowed, remaining, "c"))
 
 
-@pytest.mark.parametrize("text,seconds", [("250ms", 0.25), ("1s", 1), ("1.5s", 1.5), ("5m", 300),
-                                          ("2h", 7200), ("1d", 86400), ("3", 3), (".5", 0.5)])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [
+        ("250ms", 0.25),
+        ("1s", 1),
+        ("1.5s", 1.5),
+        ("5m", 300),
+        ("2h", 7200),
+        ("1d", 86400),
+        ("3", 3),
+        (".5", 0.5),
+    ],
+)
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
@@ -51,13 +66,22 @@ def test_huge_attempt_numbers_do_not_overflow():
 def test_parse_retry_specs():
     assert parse_retry("exponential:base=1s,max=5m") == ExponentialRetry(base=1, max=300)
     assert parse_retry("exponential:base=250ms,max=1m,factor=3,jitter=0") == ExponentialRetry(
-        base=0.25, max=60, factor=3, jitter=0)
+        base=0.25, max=60, factor=3, jitter=0
+    )
     assert parse_retry("constant:delay=10s") == ConstantRetry(10)
     assert parse_retry("none") == ConstantRetry(0) and parse_retry("30s") == ConstantRetry(30)
 
 
-@pytest.mark.parametrize("spec", ["linear:base=1s", "exponential:base", "exponential:bse=1s",
-                                  "exponential:factor=0.5", "constant:delay=-1s"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "linear:base=1s",
+        "exponential:base",
+        "exponential:bse=1s",
+        "exponential:factor=0.5",
+        "constant:delay=-1s",
+    ],
+)
 def test_parse_retry_rejects_bad_specs(spec):
     with pytest.raises(ValueError):
         parse_retry(spec)

@@ -27,8 +27,14 @@ def main(argv: list[str] | None = None) -> int:
 
     client = PinLaterClient(args.servers, service="pinlaterexampleworker")
     client.create_queue(args.queue)  # idempotent
-    worker = Worker(client, args.queue, resize, concurrency=args.concurrency,
-                    retry=ExponentialRetry(base=1, max=60), heartbeat=10)
+    worker = Worker(
+        client,
+        args.queue,
+        resize,
+        concurrency=args.concurrency,
+        retry=ExponentialRetry(base=1, max=60),
+        heartbeat=10,
+    )
     clean = worker.run()
     print(f"processed: {worker.stats()}", file=sys.stderr)
     return 0 if clean else 1
