@@ -275,46 +275,31 @@ class ShardedBackend:
         with its first dequeue in one call (`Shard.ack_and_dequeue`: one round trip on Redis);
         if that call fails, the acks are applied on their own (an error there is the caller's)
         and the dequeue goes on as usual."""
-        names = self.shard_names()
-        self._rng.shuffle(names)
-        names = names[: max(1, int(len(names) * coverage + 0.5))]
+        names = self._examined(coverage)
         healthy = [n for n in names if self.health.is_healthy(n)]
         claim = None if dry_run else new_claim(source)
         lead = self._piggyback_lead(queue, acks, healthy, claim)  # applies acks that can't ride
         if not healthy:
             raise NoHealthyShards(f"no healthy shard to dequeue from (examined {names})")
-        got: list[tuple[JobDescriptor, DequeuedJob]] = []
-        done = None  # the (priority, shard) step already taken with the acks
+        run = _DequeueRun(self, queue, limit, claim)
         if lead is not None:
             healthy.remove(lead)
             healthy.insert(0, lead)
             jobs = self._lead_dequeue(queue, lead, acks, limit, claim)
             if jobs is not None:
-                done = (1, lead)
-                got += [(descriptor(queue, lead, job.priority, job.local_id), job) for job in jobs]
-        missing: set[str] = set()
-        failure: ShardConnectionFailed | None = None
+                run.add(lead, jobs, step=(1, lead))
         for priority in range(1, self.num_priorities + 1):
-            for name in healthy:
-                need = limit - len(got)
-                if need <= 0:
-                    return got
-                if name in missing or (priority, name) == done:
-                    continue
-                try:
-                    jobs = self.call(name, lambda s: s.dequeue(queue, priority, need, claim))
-                except QueueNotFound:
-                    missing.add(name)
-                    continue
-                except ShardConnectionFailed as exc:
-                    failure = exc
-                    continue
-                got += [(descriptor(queue, name, job.priority, job.local_id), job) for job in jobs]
-            if len(missing) == len(healthy) and not got:
-                raise QueueNotFound(queue)
-        if not got and failure is not None and not any(self.health.is_healthy(n) for n in healthy):
-            raise failure
-        return got
+            if run.need <= 0:
+                break
+            run.sweep(priority, healthy)
+        return run.result(healthy)
+
+    def _examined(self, coverage: float) -> list[str]:
+        """The shards a dequeue examines: a random `coverage` share of them (rounded half up,
+        at least one), in random order."""
+        names = self.shard_names()
+        self._rng.shuffle(names)
+        return names[: max(1, int(len(names) * coverage + 0.5))]
 
     def _piggyback_lead(
         self, queue: str, acks, healthy: list[str], claim: str | None
@@ -468,6 +453,59 @@ class ShardedBackend:
 
     def _priorities(self, priority: int | None) -> list[int]:
         return [priority] if priority is not None else list(range(1, self.num_priorities + 1))
+
+
+class _DequeueRun:
+    """One dequeue's progress over its (priority, shard) steps: the jobs claimed so far, the
+    shards that do not hold the queue and the last storage failure."""
+
+    def __init__(self, store: ShardedBackend, queue: str, limit: int, claim: str | None):
+        self.store, self.queue, self.limit, self.claim = store, queue, limit, claim
+        self.got: list[tuple[JobDescriptor, DequeuedJob]] = []
+        self.missing: set[str] = set()
+        self.failure: ShardConnectionFailed | None = None
+        self.taken: set[tuple[int, str]] = set()  # steps already done (with piggy-backed acks)
+
+    @property
+    def need(self) -> int:
+        return self.limit - len(self.got)
+
+    def add(self, name: str, jobs: Sequence[DequeuedJob], step: tuple[int, str]) -> None:
+        self.taken.add(step)
+        self.got += [
+            (descriptor(self.queue, name, job.priority, job.local_id), job) for job in jobs
+        ]
+
+    def sweep(self, priority: int, names: Sequence[str]) -> None:
+        """Ask each shard for the jobs still needed at `priority`. Raises QueueNotFound when no
+        shard holds the queue and nothing was claimed."""
+        for name in names:
+            if self.need <= 0:
+                return
+            if name not in self.missing and (priority, name) not in self.taken:
+                self._step(priority, name)
+        if len(self.missing) == len(names) and not self.got:
+            raise QueueNotFound(self.queue)
+
+    def _step(self, priority: int, name: str) -> None:
+        queue, need, claim = self.queue, self.need, self.claim
+        try:
+            jobs = self.store.call(name, lambda s: s.dequeue(queue, priority, need, claim))
+        except QueueNotFound:
+            self.missing.add(name)
+            return
+        except ShardConnectionFailed as exc:  # others may still deliver; reported if none did
+            self.failure = exc
+            return
+        self.add(name, jobs, step=(priority, name))
+
+    def result(self, names: Sequence[str]) -> list[tuple[JobDescriptor, DequeuedJob]]:
+        """The jobs claimed; raises the last failure when nothing was claimed and every examined
+        shard has since turned unhealthy."""
+        health = self.store.health
+        if not self.got and self.failure is not None and not any(map(health.is_healthy, names)):
+            raise self.failure
+        return self.got
 
 
 def _parse_continuation(token: str) -> tuple[int, str, int, int] | None:
