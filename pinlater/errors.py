@@ -71,6 +71,12 @@ class ShardConnectionFailed(PinLaterError):
     code, name = 502, "SHARD_CONNECTION_FAILED"
 
 
+class ShardFull(ShardConnectionFailed):
+    """A shard refused a write for lack of disk space or memory. The IDL has no code of its
+    own for it: outside enqueue (which answers ENQUEUE_REJECTED) it travels as
+    SHARD_CONNECTION_FAILED with a message that says so."""
+
+
 ERRORS_BY_CODE: dict[int, type[PinLaterError]] = {
     cls.code: cls
     for cls in (

@@ -26,6 +26,7 @@ from pinlater.errors import (
     NoHealthyShards,
     QueueNotFound,
     ShardConnectionFailed,
+    ShardFull,
 )
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import Backend, BodyFilter, Shard, ShardSpec
@@ -174,7 +175,8 @@ class ShardedBackend:
 
     def call(self, name: str, op: Callable[[Shard], T], *, retries: int | None = None) -> T:
         """Run `op` on shard `name`, retrying retriable storage errors; record health.
-        Raises ShardConnectionFailed when the tries are used up."""
+        Raises ShardConnectionFailed when the tries are used up, and ShardFull (at once, health
+        unchanged: the shard still serves what needs no space) when the storage is full."""
         tries = 1 + (self._retries if retries is None else retries)
         last: ShardError | None = None
         observe = self.call_observer
@@ -183,6 +185,10 @@ class ShardedBackend:
             started = time.perf_counter()
             try:
                 result = op(shard)
+            except StorageFull as exc:
+                if observe is not None:
+                    observe(name, time.perf_counter() - started, False)
+                raise ShardFull(f"shard {name} is full and refused the write: {exc}") from None
             except ShardError as exc:
                 if observe is not None:
                     observe(name, time.perf_counter() - started, False)
@@ -230,7 +236,8 @@ class ShardedBackend:
 
     def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[JobDescriptor]:
         """Store the whole batch in one transaction on one random healthy enqueue shard; on a
-        storage failure try another shard (up to `retries` more tries). All or nothing."""
+        storage failure or a full shard try another shard (up to `retries` more tries). All or
+        nothing; ENQUEUE_REJECTED when the shards tried were full."""
         tried: set[str] = set()
         last: ShardConnectionFailed | None = None
         for _ in range(1 + self._retries):
@@ -240,15 +247,15 @@ class ShardedBackend:
             name = self._rng.choice([n for n in candidates if n not in tried] or candidates)
             try:
                 ids = self.call(name, lambda s: s.enqueue(queue, jobs), retries=0)
-            except ShardConnectionFailed as exc:
+            except ShardConnectionFailed as exc:  # ShardFull included: another may have room
                 tried.add(name)
                 last = exc
                 continue
-            except StorageFull as exc:
-                raise EnqueueRejected(f"shard {name} refused the jobs: {exc}") from None
             return [
                 descriptor(queue, name, job.priority, local_id) for job, local_id in zip(jobs, ids)
             ]
+        if isinstance(last, ShardFull):
+            raise EnqueueRejected(f"storage full: {last.message}")
         if last is not None:
             raise last
         raise NoHealthyShards(
@@ -500,11 +507,15 @@ class _DequeueRun:
         self.add(name, jobs, step=(priority, name))
 
     def result(self, names: Sequence[str]) -> list[tuple[JobDescriptor, DequeuedJob]]:
-        """The jobs claimed; raises the last failure when nothing was claimed and every examined
-        shard has since turned unhealthy."""
-        health = self.store.health
-        if not self.got and self.failure is not None and not any(map(health.is_healthy, names)):
-            raise self.failure
+        """The jobs claimed; when nothing was, raises the last failure if it was a full shard or
+        every examined shard has since turned unhealthy."""
+        health, failure = self.store.health, self.failure
+        if (
+            not self.got
+            and failure is not None
+            and (isinstance(failure, ShardFull) or not any(map(health.is_healthy, names)))
+        ):
+            raise failure
         return self.got
 
 
