@@ -188,4 +188,5 @@ class App:
         if self.metrics_server is not None:
             self.metrics_server.close()
             self.metrics_server = None
+        self.handler.close()
         self.store.close()

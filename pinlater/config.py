@@ -123,6 +123,12 @@ class AdminConfig:
     #: `pbkdf2_sha256$ITERATIONS$SALT_HEX$HASH_HEX` (see `pinlater hash-password`); unset
     #: means deleteQueue is refused
     password_hash: str | None = None
+    #: wrong passwords one client address may try per minute (then refused before hashing)
+    password_failures_per_minute: float = field(default=10, metadata=_range(0.01, 100_000))
+    #: wrong passwords a client may try at once before that rate applies
+    password_failure_burst: int = field(default=5, metadata=_range(1, 10_000))
+    #: password hashes this server computes per second at most (each costs ~0.1 s of CPU)
+    password_checks_per_second: float = field(default=4, metadata=_range(0.01, 10_000))
 
 
 @dataclass(frozen=True)

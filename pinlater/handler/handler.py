@@ -8,13 +8,14 @@ from __future__ import annotations
 import logging
 import math
 
-from pinlater.common.passwords import verify_password
 from pinlater.config import Config
 from pinlater.errors import EnqueueRejected, InvalidRequest, PasswordInvalid, PinLaterError
 from pinlater.handler import validation as check
 from pinlater.handler.body_filter import compile_body_filter
 from pinlater.handler.boundary import rpc
+from pinlater.handler.context import current_peer
 from pinlater.handler.observer import RequestObserver
+from pinlater.handler.password_guard import PasswordGuard
 from pinlater.idl import pinlater_thrift as wire
 from pinlater.storage.descriptors import JobDescriptor, split_local_id, split_prefix
 from pinlater.storage.models import Ack, Checkpoint, ClaimMatch, JobRecord, NewJob, new_ack
@@ -38,6 +39,11 @@ class PinLaterHandler:
         self.max_queue_name = min(
             self.limits.max_queue_name_length, backend_cap or self.limits.max_queue_name_length
         )
+        self.passwords = _password_guard(config, self.observer)
+
+    def close(self) -> None:
+        if self.passwords is not None:
+            self.passwords.close()
 
     # ------------------------------------------------------------ queues
 
@@ -50,15 +56,13 @@ class PinLaterHandler:
     def deleteQueue(self, context, name, password):
         self._source(context)
         queue = self._queue(name, "name")
-        stored = self.config.admin.password_hash
         given = check.text(password, "password", default="")
-        if not stored or not verify_password(given, stored):
+        if self.passwords is None:
             raise PasswordInvalid(
-                "Invalid admin password."
-                if stored
-                else "Invalid admin password: deleteQueue is disabled until "
+                "Invalid admin password: deleteQueue is disabled until "
                 "admin.password_hash is configured"
             )
+        self.passwords.check(given, current_peer())
         self.store.delete_queue(queue)
 
     @rpc
@@ -509,3 +513,16 @@ def _job_info(descriptor: str, record: JobRecord):
     if record.body is not None:
         info.body = record.body
     return info
+
+
+def _password_guard(config: Config, observer: RequestObserver) -> PasswordGuard | None:
+    admin = config.admin
+    if not admin.password_hash:
+        return None
+    return PasswordGuard(
+        admin.password_hash,
+        failures_per_minute=admin.password_failures_per_minute,
+        failure_burst=admin.password_failure_burst,
+        checks_per_second=admin.password_checks_per_second,
+        on_refused=observer.on_password_refused,
+    )

@@ -35,6 +35,9 @@ class RequestObserver:
         """Called once per RPC after it ended: `queue` is the raw name from the request (None
         when the method has none), `outcome` "ok" or the error code name."""
 
+    def on_password_refused(self, reason: str) -> None:
+        """An admin password was refused: `reason` is one of password_guard.REFUSAL_REASONS."""
+
     def on_jobs(self, event: str, queue: str, count: int) -> None:
         """Jobs affected by a successful call on a validated queue: enqueued, dequeued (not dry
         runs), acked_succeeded, acked_failed (acks received), retried, deleted."""

@@ -153,6 +153,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.password_refused = Counter(
+            "pinlater_admin_password_refused",
+            "admin passwords refused, by reason (wrong, client_limit, server_limit, busy)",
+            ["reason"],
+            registry=r,
+        )
         #: (metric, label values) -> child, see `_child`
         self._children: dict[tuple, object] = {}
 

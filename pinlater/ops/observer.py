@@ -66,5 +66,8 @@ class OperatingObserver(RequestObserver):
         self.metrics.request(method, queue, outcome, seconds)
         self.request_log.record(method, context, queue, outcome, seconds, message)
 
+    def on_password_refused(self, reason: str) -> None:
+        self.metrics.password_refused.labels(reason).inc()
+
     def on_jobs(self, event: str, queue: str, count: int) -> None:
         self.metrics.jobs(event, queue, count)

@@ -22,41 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-
-class TokenBucket:
-    """Not thread-safe on its own; QueueRateLimiter holds a lock around every call."""
-
-    def __init__(self, rate: float, now: float):
-        self.rate = rate
-        self.tokens = self.capacity
-        self._at = now
-
-    @property
-    def capacity(self) -> float:
-        return max(1.0, self.rate)
-
-    def _refill(self, now: float) -> None:
-        if now > self._at:
-            self.tokens = min(self.capacity, self.tokens + (now - self._at) * self.rate)
-        self._at = max(self._at, now)
-
-    def allowance(self, now: float) -> int:
-        """How many jobs a dequeue may take now; 0 means refuse."""
-        if self.rate <= 0:
-            return 0
-        self._refill(now)
-        if self.tokens <= 0:
-            return 0
-        return max(1, int(self.tokens))
-
-    def charge(self, jobs: int, now: float) -> None:
-        self._refill(now)
-        self.tokens -= jobs
-
-    def set_rate(self, rate: float, now: float) -> None:
-        self._refill(now)
-        self.rate = rate
-        self.tokens = min(self.tokens, self.capacity)
+from pinlater.common.token_bucket import TokenBucket
 
 
 class QueueRateLimiter:

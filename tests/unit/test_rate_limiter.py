@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pinlater.ops.rate_limiter import QueueRateLimiter, TokenBucket
+from pinlater.common.token_bucket import TokenBucket
+from pinlater.ops.rate_limiter import QueueRateLimiter
 
 
 class Clock:

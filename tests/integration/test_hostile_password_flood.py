@@ -1,0 +1,79 @@
+"""A flood of wrong deleteQueue passwords cannot starve normal clients (hostile load, item 2).
+
+Each check of the real (600,000-iteration PBKDF2) admin hash costs ~0.1 s of CPU. 32 threads
+guessing as fast as the server answers; a normal client enqueueing meanwhile is served, and
+almost every guess is refused before any hashing. `scripts/bench_hostile.py` prints the
+latency figures; this test asserts only that the client is served and the guard works.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from pinlater.common.passwords import hash_password
+from pinlater.idl import ErrorCode, PinLaterException, RequestContext
+from pinlater.idl import pinlater_thrift as t
+from tests.support.server_process import ServerProcess
+
+CTX = RequestContext(source="flood-test")
+FLOOD_THREADS = 32
+FLOOD_SECONDS = 3.0
+
+
+def guess_until(server: ServerProcess, deadline: float, outcomes: list[str]) -> None:
+    client = server.client()
+    while time.monotonic() < deadline:
+        try:
+            client.deleteQueue(CTX, "victim", "not-the-password")
+        except PinLaterException as exc:
+            assert exc.errorCode == ErrorCode.PASSWORD_INVALID, exc.message
+            outcomes.append("refused early" if "too many" in exc.message else "hashed")
+    client.close()
+
+
+def test_a_password_flood_leaves_enqueue_served(tmp_path):
+    config = {
+        "janitor": {"enabled": False},
+        "admin": {
+            "password_hash": hash_password("the-password"),
+            "password_failures_per_minute": 120,  # a lock-out of the flood's address ends fast
+        },
+    }
+    with ServerProcess(config, tmp_path) as server:
+        client = server.client()
+        client.createQueue(CTX, "victim")
+        deadline = time.monotonic() + FLOOD_SECONDS
+        outcomes: list[str] = []
+        flood = [
+            threading.Thread(target=guess_until, args=(server, deadline, outcomes))
+            for _ in range(FLOOD_THREADS)
+        ]
+        for thread in flood:
+            thread.start()
+        latencies = []
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            request = t.PinLaterEnqueueRequest(queueName="victim", jobs=[t.PinLaterJob(body=b"j")])
+            assert len(client.enqueueJobs(CTX, request).jobDescriptors) == 1
+            latencies.append(time.monotonic() - started)
+        for thread in flood:
+            thread.join(30)
+        assert len(latencies) > 20, latencies
+        assert max(latencies) < 2.0, max(latencies)
+        hashed = outcomes.count("hashed")
+        assert hashed <= 4 * FLOOD_SECONDS + 5, (hashed, len(outcomes))  # the server-wide rate
+        assert outcomes.count("refused early") > 10 * hashed
+        delete_with_the_right_password(client, "victim")
+
+
+def delete_with_the_right_password(client, queue: str) -> None:
+    """The flood's address is locked out for a moment; the right password works after it."""
+    give_up = time.monotonic() + 10
+    while True:
+        try:
+            client.deleteQueue(CTX, queue, "the-password")
+            return
+        except PinLaterException as exc:
+            assert "too many" in exc.message and time.monotonic() < give_up, exc.message
+            time.sleep(0.5)
