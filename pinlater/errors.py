@@ -100,6 +100,6 @@ def error_for_code(code: int, message: str) -> PinLaterError:
     cls = ERRORS_BY_CODE.get(code, PinLaterError)
     err = PinLaterError.__new__(cls)
     PinLaterError.__init__(err, message)
-    if cls is QueueNotFound:
+    if isinstance(err, QueueNotFound):
         err.queue = message.rsplit(": ", 1)[-1]
     return err

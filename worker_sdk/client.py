@@ -21,8 +21,8 @@ Behaviour worth knowing (the reasons are in the module docstrings of pool.py and
   (this client's random 16-hex prefix plus a call counter: unique without a random draw per
   call), kept across its retries so server logs can tie the attempts together.
 * `tls`: None (plain TCP), True (verify against the system CAs), a CA file path, or an
-  ssl.SSLContext (e.g. pinlater.common.tls.client_context(ca, cert, key) for mutual TLS). The server's
-  certificate and host name are always verified unless the context says otherwise. A TLS
+  ssl.SSLContext (e.g. pinlater.common.tls.client_context(ca, cert, key) for mutual TLS). The
+  server's certificate and host name are always verified unless the context says otherwise. A TLS
   failure is a connect failure (PinLaterTransportError, maybe_applied=False).
 """
 
@@ -235,7 +235,7 @@ class PinLaterClient:
             for job in jobs[: None if max_jobs is None else max_jobs - seen]:
                 seen += 1
                 yield job
-            if following == CONTINUATION_END or following == continuation or not jobs:
+            if following in (CONTINUATION_END, continuation) or not jobs:
                 return
             continuation = following
 
@@ -324,6 +324,7 @@ class PinLaterClient:
         if isinstance(error, PinLaterTransportError) and maybe_applied:
             # an earlier try may have reached the server even if the last one could not
             error.maybe_applied = True
+        assert error is not None  # retries >= 0: at least one attempt ran and failed
         raise error
 
     def _attempt(self, endpoint: Endpoint, api: str, context, args, idempotent: bool):

@@ -36,7 +36,7 @@ from pinlater.errors import (  # noqa: F401  (re-exported for SDK users)
 class PinLaterTransportError(PinLaterError):
     """The call failed below the Thrift layer; no (usable) reply was received."""
 
-    code = None
+    code = None  # type: ignore[assignment]  # no wire ErrorCode: it failed below Thrift
     name = "TRANSPORT_ERROR"
 
     def __init__(self, message: str, *, endpoint: str | None = None, maybe_applied: bool = True):
@@ -48,7 +48,7 @@ class PinLaterTransportError(PinLaterError):
 class PinLaterApplicationError(PinLaterError):
     """The server replied with a Thrift TApplicationException; `.type` is its numeric type."""
 
-    code = None
+    code = None  # type: ignore[assignment]  # a Thrift-level failure, not an ErrorCode
     name = "APPLICATION_ERROR"
 
     def __init__(self, message: str, *, type: int = 0):  # noqa: A002 (Thrift's field name)

@@ -313,7 +313,7 @@ class Worker:
         return len(self._running)
 
     def _ack_due(self) -> float | None:
-        if not (self._acks_ok or self._acks_failed):
+        if self._first_ack_at is None or not (self._acks_ok or self._acks_failed):
             return None
         delay = 0.0 if self._stopping.is_set() else self.ack_delay
         return max(self._first_ack_at + delay, self._ack_retry_at)

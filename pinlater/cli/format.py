@@ -24,7 +24,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     numeric = [bool(rows) and all(isinstance(r[i], int) for r in rows) for i in range(len(headers))]
 
     def line(values: Sequence[str]) -> str:
-        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        parts = [
+            v.rjust(w) if num else v.ljust(w)
+            for v, w, num in zip(values, widths, numeric, strict=True)
+        ]
         return "  ".join(parts).rstrip()
 
     return "\n".join([line(headers)] + [line(r) for r in cells])
@@ -100,7 +103,7 @@ def job_infos_table(infos: Sequence[JobInfo], with_body: bool) -> str:
     ]
     if with_body:
         headers.append("BODY")
-        for row, info in zip(rows, infos):
+        for row, info in zip(rows, infos, strict=True):
             row.append(show_body(info.body))
     return table(headers, rows)
 

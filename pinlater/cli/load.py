@@ -87,7 +87,9 @@ class Stats:
 
 
 def _report(mode: str, event: str, elapsed: float, jobs: int, lat: list[float], **extra) -> dict:
-    ms = lambda v: None if v is None else round(v * 1000, 3)
+    def ms(v: float | None) -> float | None:
+        return None if v is None else round(v * 1000, 3)
+
     return {
         "event": event,
         "mode": mode,
@@ -245,7 +247,8 @@ def _decide(jobs, success_percent: int) -> Acks:
     """Split dequeued jobs into success/failure acks (a DequeuedJob acks with its claim)."""
     if success_percent >= 100:
         return Acks(tuple(jobs), ())
-    succeeded, failed = [], []
+    succeeded: list = []
+    failed: list = []
     for job in jobs:
         (succeeded if random.uniform(0, 100) < success_percent else failed).append(job)
     return Acks(tuple(succeeded), tuple(failed))

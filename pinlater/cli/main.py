@@ -2,8 +2,9 @@
 
 Subcommands are named after the original PinLaterClientTool modes (create, delete, enqueue,
 dequeue, check_dequeue, lookup, get_queue_names, get_job_count, scan, retry_failed,
-delete_jobs, checkpoint) plus `hash-password` and `stats`; hyphenated aliases work too. The original's
-underscore flags (--job_descriptor, --num_queries ...) are accepted beside hyphenated ones.
+delete_jobs, checkpoint) plus `hash-password` and `stats`; hyphenated aliases work too. The
+original's underscore flags (--job_descriptor, --num_queries ...) are accepted beside
+hyphenated ones.
 
 Exit codes: 0 success, 1 the server reported an error (its ErrorCode name is printed),
 2 usage or input error, 3 the server could not be reached or the connection failed.
@@ -105,34 +106,42 @@ def parse_args(argv: list[str] | None, out: TextIO = sys.stdout) -> argparse.Nam
 # ---- parser ----
 
 
-def _global_options() -> argparse.ArgumentParser:
+def _global_options() -> _Parser:
     """Options valid before or after the subcommand (SUPPRESS keeps one from erasing the other)."""
     common = _Parser(add_help=False)
     opt = common.add_argument_group("connection and output")
-    S = argparse.SUPPRESS
-    opt.add_argument("--host", default=S, help="server host (default 127.0.0.1)")
-    opt.add_argument("--port", type=int, default=S, help="server port (default 9010)")
+    suppress = argparse.SUPPRESS
+    opt.add_argument("--host", default=suppress, help="server host (default 127.0.0.1)")
+    opt.add_argument("--port", type=int, default=suppress, help="server port (default 9010)")
     opt.add_argument(
         "--servers",
-        default=S,
+        default=suppress,
         help="comma-separated host:port list or a ServerSet file (overrides --host)",
     )
-    opt.add_argument("--source", default=S, help=f"RequestContext source ({SERVICE}:HOSTNAME)")
-    opt.add_argument("--timeout", type=float, default=S, help="per-call timeout, s (10)")
-    opt.add_argument("--connect-timeout", type=float, default=S, help="connect timeout, s (2)")
-    opt.add_argument("--retries", type=int, default=S, help="retries of idempotent calls (2)")
-    opt.add_argument("--json", action="store_true", default=S, help="print JSON")
+    opt.add_argument(
+        "--source", default=suppress, help=f"RequestContext source ({SERVICE}:HOSTNAME)"
+    )
+    opt.add_argument("--timeout", type=float, default=suppress, help="per-call timeout, s (10)")
+    opt.add_argument(
+        "--connect-timeout", type=float, default=suppress, help="connect timeout, s (2)"
+    )
+    opt.add_argument(
+        "--retries", type=int, default=suppress, help="retries of idempotent calls (2)"
+    )
+    opt.add_argument("--json", action="store_true", default=suppress, help="print JSON")
     opt.add_argument(
         "--tls",
         action="store_true",
-        default=S,
+        default=suppress,
         help="connect with TLS, verifying the server certificate and host name",
     )
     opt.add_argument(
-        "--tls-ca", default=S, help="CA file for the server certificate (implies --tls)"
+        "--tls-ca", default=suppress, help="CA file for the server certificate (implies --tls)"
     )
-    opt.add_argument("--tls-cert", default=S, help="client certificate for mutual TLS")
-    opt.add_argument("--tls-key", default=S, help="key of --tls-cert (if not in the same file)")
+    opt.add_argument("--tls-cert", default=suppress, help="client certificate for mutual TLS")
+    opt.add_argument(
+        "--tls-key", default=suppress, help="key of --tls-cert (if not in the same file)"
+    )
     return common
 
 

@@ -8,6 +8,7 @@ priority levels to show. `--watch [SECONDS]` redraws until Ctrl-C (or `--iterati
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import urllib.error
@@ -64,13 +65,15 @@ def fetch_health(url: str, timeout: float) -> tuple[int | None, dict[str, Any], 
         return None, {}, str(getattr(exc, "reason", exc))
 
 
+def _count(client, queue: str, priority: int, state: JobState, future: bool) -> int:
+    return client.count(queue, state, priority=priority, future=future)
+
+
 def queue_counts(client, queue: str, priorities: int) -> list[dict[str, Any]]:
     """One row per priority: pending (runnable now), future, in_progress, succeeded, failed."""
     rows = []
     for priority in range(1, priorities + 1):
-
-        def count(state: JobState, future: bool) -> int:
-            return client.count(queue, state, priority=priority, future=future)
+        count = functools.partial(_count, client, queue, priority)
 
         both = {
             state: count(state, False) + count(state, True)
@@ -94,7 +97,9 @@ def snapshot(args, client) -> dict[str, Any]:
     url = args.metrics_url or (
         f"http://{args.host}:{args.metrics_port}" if args.metrics_port else None
     )
-    status, health, error = (None, {}, "no --metrics-port or --metrics-url given")
+    status: int | None = None
+    health: dict[str, Any] = {}
+    error = "no --metrics-port or --metrics-url given"
     if url:
         status, health, error = fetch_health(url, args.timeout)
     priorities = args.priorities or health.get("priorities") or 3

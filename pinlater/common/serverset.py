@@ -38,8 +38,8 @@ def parse_endpoint(text: str) -> Endpoint:
 def parse_serverset(text: str, origin: str = "serverset") -> list[Endpoint]:
     """Parse ServerSet file content; errors name the line number."""
     endpoints = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        line = line.split("#", 1)[0].strip()
+    for number, raw_line in enumerate(text.splitlines(), start=1):
+        line = raw_line.split("#", 1)[0].strip()
         if not line:
             continue
         try:

@@ -89,7 +89,8 @@ class MetricsServer(ThreadingHTTPServer):
 
     @property
     def address(self) -> tuple[str, int]:
-        return self.server_address[:2]
+        host, port = self.server_address[:2]
+        return str(host), int(port)
 
     def start(self) -> MetricsServer:
         self._thread.start()

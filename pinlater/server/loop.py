@@ -122,8 +122,8 @@ class Server:
         admission: Admission | None = None,
         rejections: Rejections | None = None,
     ):
-        """`admission` (pinlater.server.admission) refuses requests over its caps at once. TLS is set
-        up from `settings.tls` (raises OSError/ssl.SSLError if its files do not load)."""
+        """`admission` (pinlater.server.admission) refuses requests over its caps at once. TLS is
+        set up from `settings.tls` (raises OSError/ssl.SSLError if its files do not load)."""
         self.settings = settings
         self.dispatcher = dispatcher
         self.admission = admission
@@ -291,9 +291,10 @@ class Connection:
         """Wrap the socket and complete the handshake under its deadline (counted as idle, so
         a shutdown closes it at once). False when it failed; the caller then closes."""
         with self._lock:
-            if self._closed or self.server.stopping:
+            context = self.server.tls_context
+            if self._closed or self.server.stopping or context is None:
                 return False
-            self.sock = tls.wrap_server_side(self.sock, self.server.tls_context)
+            self.sock = tls.wrap_server_side(self.sock, context)
             self._idle = True
         try:
             tls.handshake(self.sock, self.server.settings.tls.handshake_timeout_seconds)

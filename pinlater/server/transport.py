@@ -243,7 +243,7 @@ class Dispatcher:
         service: Any,
         handler: Any,
         *,
-        wire_limits: WireLimits = WireLimits(),
+        wire_limits: WireLimits | None = None,
         on_reject: Callable[[str, str], None] | None = None,
     ):
         self._service = service
@@ -251,7 +251,7 @@ class Dispatcher:
         #: method name -> (args class, result class, argument names in IDL order), looked up
         #: once instead of per request
         self._methods = {name: _method_classes(service, name) for name in service.thrift_services}
-        self._wire_limits = wire_limits
+        self._wire_limits = wire_limits or WireLimits()
         self._on_reject = on_reject
 
     def dispatch(self, payload: bytes) -> tuple[str, bytes]:
@@ -261,7 +261,7 @@ class Dispatcher:
         iprot = _decoder(payload)
         try:
             name, msg_type, seqid = iprot.read_message_begin()
-        except Exception as exc:  # any decoder failure here means "not a Thrift message"
+        except Exception as exc:  # noqa: BLE001 - any decoder failure means "not a Thrift message"
             raise MalformedRequest(f"unreadable message header: {exc}") from None
         if msg_type not in (TMessageType.CALL, TMessageType.ONEWAY):
             raise MalformedRequest(f"message type {msg_type} is not a call")

@@ -207,20 +207,18 @@ class _Walk:
         ftype = self.data[pos]
         (fid,) = _I16.unpack_from(self.data, pos + 1)
         fspec = spec.get(fid)
-        known = fspec is not None and fspec[0] == ftype
-        raise WireError(
-            "truncated", f"{_render((path, fspec[3])) if known else 'value'}: truncated"
-        )
+        what = _render((path, fspec[3])) if fspec is not None and fspec[0] == ftype else "value"
+        raise WireError("truncated", f"{what}: truncated")
 
     def value(self, pos: int, ttype: int, extra: Any, depth: int, path: Any) -> int:
         size = _FIXED.get(ttype)
         if size is not None:
             pos += size
-        elif ttype == 11 or ttype == _BINARY:
+        elif ttype in (11, _BINARY):
             pos = self.string(pos, path if ttype == 11 else None)
         elif ttype == 12:
             return self.struct(pos, extra, depth, path)
-        elif ttype == 14 or ttype == 15:
+        elif ttype in (14, 15):
             pos = self.sequence(pos, extra, depth, path)
         elif ttype == 13:
             pos = self.mapping(pos, extra, depth, path)

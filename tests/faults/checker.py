@@ -115,9 +115,8 @@ def _enqueue_outcomes(records, report: Report) -> dict[str, str]:
     rank = {"fail": 0, "unknown": 1, "ok": 2}
     best: dict[str, str] = {}
     for r in records:
-        if r["op"] == "enqueue":
-            if rank[r["outcome"]] >= rank[best.get(r["job"], "fail")]:
-                best[r["job"]] = r["outcome"]
+        if r["op"] == "enqueue" and rank[r["outcome"]] >= rank[best.get(r["job"], "fail")]:
+            best[r["job"]] = r["outcome"]
     counts = collections.Counter(best.values())
     report.attempted = len(best)
     report.enq_ok, report.enq_fail, report.enq_unknown = (

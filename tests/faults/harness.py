@@ -210,7 +210,7 @@ class Rig:
         bodies = [job_body(source, i) for i in range(n)]
         records = [self.history.invoke("enqueue", job=job_id(b)) for b in bodies]
         descriptors = client.enqueue(self.queue, [Job(b, attempts=attempts) for b in bodies])
-        for record, descriptor in zip(records, descriptors):
+        for record, descriptor in zip(records, descriptors, strict=True):
             self.history.complete(record, "ok", descriptor=descriptor)
         return descriptors
 
@@ -524,7 +524,7 @@ class Producer:
                 time.sleep(0.05)
                 continue
             self.latencies.append(time.monotonic() - started)
-            for record, descriptor in zip(records, descriptors):
+            for record, descriptor in zip(records, descriptors, strict=True):
                 self.rig.history.complete(record, "ok", descriptor=descriptor)
             self.ok += 1
             if self.pause:

@@ -50,8 +50,7 @@ def _recv(sock):
 
 
 def _connect(proxy):
-    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=1)
-    return sock
+    return socket.create_connection(("127.0.0.1", proxy.port), timeout=1)
 
 
 def test_proxy_passes_bytes_and_delays_them(echo):

@@ -58,7 +58,7 @@ def stream(
         after_kill = killed.is_set()
         try:
             descriptors = store.enqueue(QUEUE, [NewJob(body=b) for b in bodies])
-            history.enqueued.update(zip(descriptors, bodies))
+            history.enqueued.update(zip(descriptors, bodies, strict=True))
             got = store.dequeue(QUEUE, BATCH // 2, SOURCE)
             acks = [
                 (d.shard, Ack(d.priority, d.local_id, ClaimMatch(SOURCE, job.claim)))

@@ -47,7 +47,7 @@ def stream(shard, history: History, batches_done: threading.Event, stop: threadi
         serial += BATCH
         try:
             ids = shard.enqueue("q", [NewJob(body=b) for b in bodies])
-            history.enqueued.update(zip(ids, bodies))
+            history.enqueued.update(zip(ids, bodies, strict=True))
             jobs = shard.dequeue("q", 1, BATCH // 2, new_claim(SOURCE))
             acks = [Ack(1, j.local_id, ClaimMatch(SOURCE, j.claim)) for j in jobs]
             if shard.ack("q", acks, []) == len(acks):

@@ -22,9 +22,11 @@ def test_f1_server_killed_during_enqueue_stream_loses_no_accepted_job(make_rig, 
     server = rig.start_server()
     rig.create_queue()
     with rig.producers(2):
-        for cycle in range(2):
+        for _ in range(2):
             target = rig.ok_enqueues() + 100
-            rig.wait_for(lambda: rig.ok_enqueues() >= target, 20, "enqueues before the kill")
+            rig.wait_for(
+                lambda target=target: rig.ok_enqueues() >= target, 20, "enqueues before the kill"
+            )
             rig.kill_server(server)
             time.sleep(0.3)  # producers run into the dead server
             rig.restart_server(server)

@@ -26,7 +26,9 @@ def _f5_run(rig, cycles: int):
     with rig.producers(2):
         for _ in range(cycles):
             target = rig.ok_enqueues() + 150
-            rig.wait_for(lambda: rig.ok_enqueues() >= target, 30, "enqueues before the kill")
+            rig.wait_for(
+                lambda target=target: rig.ok_enqueues() >= target, 30, "enqueues before the kill"
+            )
             rig.storage.kill(0)
             rig.fault(f"kill_{rig.kind}")
             time.sleep(0.5)  # the server sees the shard die; enqueues move to the other one

@@ -31,10 +31,10 @@ MUTATION = st.one_of(flip, truncate, splice, set_i32, delete)
 
 def apply(payload: bytes, mutations: list[tuple]) -> bytes:
     data = bytearray(payload)
-    for kind, pos, *rest in mutations:
+    for kind, offset, *rest in mutations:
         if not data:
             break
-        pos %= len(data)
+        pos = offset % len(data)
         if kind == "flip":
             data[pos] ^= rest[0]
         elif kind == "truncate":

@@ -237,7 +237,7 @@ def test_every_corpus_entry_is_answered_or_closed_within_a_second(fuzz_server):
 
 
 def test_rejections_are_counted_by_reason(fuzz_server):
-    for case_id, data, _ in CORPUS:
+    for _, data, _ in CORPUS:
         exchange(fuzz_server.host, fuzz_server.port, data, deadline=1.0, half_close=False)
     counts = rejected_counts(fuzz_server)
     for reason in (

@@ -1,9 +1,10 @@
 """Fixtures for the server integration tests.
 
 `admin_server` is one `pinlater-server` process per test module (SQLite, janitor off, deleteQueue
-allowed with ADMIN_PASSWORD). `inproc_server` runs the real accept loop and connection code (pinlater.server.loop) on a real
-loopback socket inside the test process, in front of a small stand-in handler, for protocol
-tests that need a handler that misbehaves on purpose (raises undeclared exceptions, blocks).
+allowed with ADMIN_PASSWORD). `inproc_server` runs the real accept loop and connection code
+(pinlater.server.loop) on a real loopback socket inside the test process, in front of a small
+stand-in handler, for protocol tests that need a handler that misbehaves on purpose (raises
+undeclared exceptions, blocks).
 Tests of the whole process (real App, SQLite, signals) use tests.support.server_process.
 """
 

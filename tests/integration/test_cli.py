@@ -110,7 +110,7 @@ def test_checkpoint_moves_a_job_back_to_pending(cli, queue):
 
 
 def test_server_errors_exit_1_naming_the_error_code(cli):
-    out, err = cli("get_job_count", "-q", "cli_no_such_queue", expect=EXIT_SERVER)
+    _, err = cli("get_job_count", "-q", "cli_no_such_queue", expect=EXIT_SERVER)
     assert err == "pinlater: server error: QUEUE_NOT_FOUND: Queue not found: cli_no_such_queue\n"
     _, err = cli("create", "-q", "bad-name!", expect=EXIT_SERVER)
     assert "QUEUE_NAME_INVALID" in err

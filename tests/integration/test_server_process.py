@@ -118,7 +118,7 @@ def test_oversized_frames_close_quickly_without_growing_memory(tmp_path):
         before = rss_bytes(server.pid)
         string_bomb = encode_call("createQueue", PinLater.createQueue_args(context=CTX, name="x"))
         string_bomb = string_bomb[:-7] + struct.pack("!i", 2**31 - 1) + b"x\x00"
-        for i in range(20):
+        for _ in range(20):
             with server.raw() as raw:
                 started = time.monotonic()
                 raw.send(struct.pack("!i", 1 << 30) + b"\x80\x01\x00\x01")

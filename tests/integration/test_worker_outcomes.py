@@ -1,5 +1,5 @@
-"""The Worker against a real `pinlater-server` on every backend: handler outcome -> ack, retry delays,
-FailJob, checkpoints and heartbeats past the claim timeout, graceful stop.
+"""The Worker against a real `pinlater-server` on every backend: handler outcome -> ack, retry
+delays, FailJob, checkpoints and heartbeats past the claim timeout, graceful stop.
 
 The server's janitor runs every 0.2 s with a 2 s claim timeout, so claim expiry is observable
 in a few seconds. Workers run in this process on their own thread; every wait is bounded.

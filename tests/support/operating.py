@@ -75,7 +75,8 @@ class OperatingServer:
             self.app.close()
             raise
         self.host, self.port = self.server.address
-        self.metrics_url = "http://%s:%d" % self.app.metrics_server.address
+        host, port = self.app.metrics_server.address
+        self.metrics_url = f"http://{host}:{port}"
         return self
 
     def __exit__(self, *exc_info) -> None:

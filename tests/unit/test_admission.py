@@ -60,7 +60,7 @@ def hold(admission: Admission, payload: bytes, blocker: Blocker, n: int) -> list
 
 
 def refusal(payload: bytes, admission: Admission, result_cls):
-    name, msg_type, seqid, body = decode_reply(
+    name, _msg_type, seqid, body = decode_reply(
         admission.serve(payload, lambda: b"not expected"), result_cls
     )
     return name, seqid, body.e

@@ -112,7 +112,7 @@ def test_run_after_accepts_epoch_ms_or_an_offset_from_now():
     ],
 )
 def test_usage_errors_exit_2_with_a_one_line_message(argv):
-    code, out, err = run(*argv)
+    code, _, err = run(*argv)
     assert code == EXIT_USAGE
     assert err.startswith("pinlater: error: ") and err.count("\n") == 1
 
@@ -126,7 +126,7 @@ def test_unreachable_server_exits_3_with_the_cause():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    code, out, err = run("--port", str(port), "--retries", "0", "get_queue_names")
+    code, _, err = run("--port", str(port), "--retries", "0", "get_queue_names")
     assert code == EXIT_CONNECTION
     assert (
         err == f"pinlater: connection failed: cannot connect to 127.0.0.1:{port}: "

@@ -1,4 +1,5 @@
-"""pinlater.storage.descriptors: the hot path's split accepts exactly what JobDescriptor.parse does."""
+"""pinlater.storage.descriptors: the hot path's split accepts exactly what JobDescriptor.parse
+does."""
 
 from __future__ import annotations
 

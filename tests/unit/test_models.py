@@ -1,4 +1,5 @@
-"""pinlater.storage.models: the fast Ack and DequeuedJob builders equal the dataclass constructors."""
+"""pinlater.storage.models: the fast Ack and DequeuedJob builders equal the dataclass
+constructors."""
 
 from __future__ import annotations
 

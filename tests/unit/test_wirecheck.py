@@ -30,7 +30,8 @@ ENQ = PinLater.enqueueJobs_args
 LOOKUP = PinLater.lookupJobs_args
 
 
-def reason(data: bytes, cls=ENQ, limits: WireLimits = WireLimits()) -> str:
+def reason(data: bytes, cls=ENQ, limits: WireLimits | None = None) -> str:
+    limits = limits or WireLimits()
     with pytest.raises(WireError) as info:
         check_args(data, 0, cls, limits)
     return info.value.reason

@@ -9,7 +9,9 @@ Bodies are plain text:
 * `slow:N`            runs N seconds, checkpointing every second (its claim stays fresh even
                       if N is longer than the server's claim timeout).
 
-Run it with the CLI:  pinlater-worker --queue example --handler worker_sdk.examples.example_job:resize
+Run it with the CLI:
+
+    pinlater-worker --queue example --handler worker_sdk.examples.example_job:resize
 """
 
 from __future__ import annotations
