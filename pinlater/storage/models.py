@@ -1,7 +1,9 @@
-"""Plain models that cross the storage seam, and the job state machine written down once.
+"""Plain models that cross the storage seam.
 
-No Thrift types live below the handler: `service.py` converts wire structs to these frozen
-dataclasses and back. Times are epoch milliseconds; bodies are bytes.
+No Thrift types live below the handler: it converts wire structs to these frozen dataclasses and
+back. Times are epoch milliseconds; bodies are bytes. The job state machine these models move
+through is written down once, in docs/semantics.md (rows `T-...`); backends implement its rows
+in SQL/Lua and the conformance suite pins each one.
 """
 
 from __future__ import annotations
@@ -15,32 +17,6 @@ class JobState(enum.IntEnum):
     IN_PROGRESS = 1
     SUCCEEDED = 2
     FAILED = 3
-
-
-# The state machine (semantics.md). Backends implement these rows in SQL/Lua; the conformance
-# suite pins each one. An event whose "from" state does not hold is a no-op, never an error.
-#
-#   event                 from                      to
-#   enqueue               -                         PENDING    allowed = remaining = N
-#   dequeue               PENDING, run_after<=now   IN_PROGRESS new claim; attempts unchanged
-#   ack success           IN_PROGRESS, claim ok     SUCCEEDED  status appended
-#   ack failure           IN_PROGRESS, claim ok     PENDING if remaining > 1 (remaining-1,
-#                                                   run_after = now + max(delay, 0), claim cleared)
-#                                                   else FAILED (remaining = 0)
-#   claim expiry          IN_PROGRESS, updated_at   as ack failure with delay 0 (janitor)
-#                         older than claim timeout
-#   checkpoint            IN_PROGRESS, claim ok     IN_PROGRESS, or PENDING if move_to_pending
-#   retry failed          FAILED                    PENDING    remaining = attempts_to_allow
-#   purge                 SUCCEEDED/FAILED older    deleted    (TTL measured from updated_at)
-#                         than TTL
-TERMINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED)
-
-
-def failure_outcome(attempts_remaining: int) -> tuple[JobState, int]:
-    """State and attempts_remaining after a failed attempt (ack failure or claim expiry)."""
-    if attempts_remaining > 1:
-        return JobState.PENDING, attempts_remaining - 1
-    return JobState.FAILED, 0
 
 
 @dataclass(frozen=True, slots=True)
