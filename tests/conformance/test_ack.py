@@ -1,5 +1,7 @@
 """ackDequeuedJobs: the success/failure transitions, fencing and custom statuses."""
 
+import pytest
+
 from pinlater.idl import ErrorCode as E
 from tests.conformance.api import WORKER
 
@@ -9,6 +11,7 @@ def claim_of(api, queue, limit=1):
     return {d: m.claimDescriptor for d, m in (response.jobMetadata or {}).items()}
 
 
+@pytest.mark.rule("T-ack-success")
 def test_success_ack_moves_in_progress_job_to_succeeded(api, queue):
     [d] = api.enqueue(queue, b"x")
     claims = claim_of(api, queue)
@@ -21,6 +24,7 @@ def test_success_ack_moves_in_progress_job_to_succeeded(api, queue):
     assert api.count(queue, 2) == 1 and api.count(queue, 1) == 0
 
 
+@pytest.mark.rule("T-ack-failure-retry", "T-ack-failure-final")
 def test_failure_with_attempts_left_goes_back_to_pending(api, queue):
     [d] = api.enqueue(queue, b"body")
     api.dequeue(queue)
@@ -36,6 +40,7 @@ def test_failure_with_attempts_left_goes_back_to_pending(api, queue):
     assert info.jobState == 3 and info.attemptsRemaining == 0
 
 
+@pytest.mark.rule("T-ack-failure-retry", "B-times-ms")
 def test_retry_delay_postpones_the_next_attempt(api, queue):
     [d] = api.enqueue(queue, b"x")
     api.dequeue(queue)
@@ -48,6 +53,7 @@ def test_retry_delay_postpones_the_next_attempt(api, queue):
     assert api.dequeue_ids(queue) == [d]
 
 
+@pytest.mark.rule("T-ack-failure-retry")
 def test_negative_retry_delay_means_now(api, queue):
     [d] = api.enqueue(queue, b"x")
     api.dequeue(queue)
@@ -55,6 +61,7 @@ def test_negative_retry_delay_means_now(api, queue):
     assert api.dequeue_ids(queue) == [d]
 
 
+@pytest.mark.rule("T-no-op")
 def test_acks_of_jobs_not_in_progress_change_nothing(api, queue):
     running, done, failed = api.enqueue(queue, b"r", b"d", {"body": b"f", "numAttemptsAllowed": 1})
     api.dequeue(queue, 3)
@@ -67,6 +74,7 @@ def test_acks_of_jobs_not_in_progress_change_nothing(api, queue):
     assert api.state(running) == 1
 
 
+@pytest.mark.rule("T-ack-success", "B-status-cap")
 def test_success_ack_appends_status_and_keeps_newest_text(api, queue):
     cap = api.app.config.limits.custom_status_max_chars
     [d] = api.enqueue(queue, {"body": b"x", "customStatus": "*"})
@@ -76,6 +84,7 @@ def test_success_ack_appends_status_and_keeps_newest_text(api, queue):
     assert len(status) == cap and status == "-" * cap
 
 
+@pytest.mark.rule("T-ack-failure-retry")
 def test_failure_ack_appends_status(api, queue):
     [d] = api.enqueue(queue, {"body": b"x", "customStatus": "start;"})
     api.dequeue(queue)
@@ -85,6 +94,7 @@ def test_failure_ack_appends_status(api, queue):
     assert api.job(d).customStatus == "start;boom;again;"
 
 
+@pytest.mark.rule("C-claim-fences")
 def test_stale_claim_cannot_ack_the_next_attempt(api, queue):
     [d] = api.enqueue(queue, b"x")
     old = claim_of(api, queue)[d]
@@ -101,6 +111,7 @@ def test_stale_claim_cannot_ack_the_next_attempt(api, queue):
     assert api.state(d) == 2
 
 
+@pytest.mark.rule("C-source-match")
 def test_ack_without_claim_matches_by_exact_source(api, queue):
     [d] = api.enqueue(queue, b"x")
     api.dequeue(queue, source="svc:host1")
@@ -112,6 +123,7 @@ def test_ack_without_claim_matches_by_exact_source(api, queue):
     assert api.state(d) == 2
 
 
+@pytest.mark.rule("I-request-queue")
 def test_ack_with_a_descriptor_of_another_queue_is_rejected(api, queue):
     other = api.new_queue()
     [d] = api.enqueue(other, b"x")
@@ -121,6 +133,7 @@ def test_ack_with_a_descriptor_of_another_queue_is_rejected(api, queue):
     assert api.state(d) == 1
 
 
+@pytest.mark.rule("E-malformed-descriptor")
 def test_malformed_descriptor_is_a_clear_error(api, queue):
     for bad in (
         "nonsense",
@@ -133,17 +146,20 @@ def test_malformed_descriptor_is_a_clear_error(api, queue):
             api.ack(queue, succeeded=[bad])
 
 
+@pytest.mark.rule("E-unknown-shard")
 def test_descriptor_naming_an_unknown_shard_is_a_clear_error(api, queue):
     with api.raises(E.UNKNOWN, match="unknown shard"):
         api.ack(queue, succeeded=[f"{queue}:snoshard9:p1:1"])
 
 
+@pytest.mark.rule("E-priority-not-supported")
 def test_priority_out_of_range_in_descriptor_is_not_supported(api, queue):
     shard = api.store.shard_names()[0]
     with api.raises(E.PRIORITY_NOT_SUPPORTED):
         api.ack(queue, succeeded=[f"{queue}:s{shard}:p9:1"])
 
 
+@pytest.mark.rule("T-no-op")
 def test_repeated_acks_are_harmless(api, queue):
     [d] = api.enqueue(queue, b"x")
     api.dequeue(queue)

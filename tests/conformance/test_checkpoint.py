@@ -1,5 +1,8 @@
 """checkpointJobs: heartbeat, new body, attempts, status, reschedule; fenced like acks."""
 
+import pytest
+
+from pinlater.idl import ErrorCode as E
 from tests.conformance.api import WORKER
 
 
@@ -9,6 +12,7 @@ def dequeued(api, queue, body=b"x", **job):
     return d, claim
 
 
+@pytest.mark.rule("T-checkpoint")
 def test_plain_checkpoint_extends_the_claim_and_keeps_the_job(api, queue):
     d, claim = dequeued(api, queue)
     api.advance(50_000)
@@ -21,6 +25,7 @@ def test_plain_checkpoint_extends_the_claim_and_keeps_the_job(api, queue):
     assert api.state(d) == 1
 
 
+@pytest.mark.rule("T-checkpoint")
 def test_checkpoint_sets_run_after_to_the_request_value_or_now(api, queue):
     d, _ = dequeued(api, queue)
     later = api.now() + 90_000
@@ -31,6 +36,7 @@ def test_checkpoint_sets_run_after_to_the_request_value_or_now(api, queue):
     assert before <= api.job(d).runAfterTimestampMillis <= api.now()
 
 
+@pytest.mark.rule("T-checkpoint")
 def test_checkpoint_replaces_the_body(api, queue):
     d, _ = dequeued(api, queue)
     api.checkpoint(queue, (d, {"newBody": "step 2"}))
@@ -38,6 +44,7 @@ def test_checkpoint_replaces_the_body(api, queue):
     assert info.body == b"step 2" and info.jobState == 1
 
 
+@pytest.mark.rule("T-checkpoint")
 def test_checkpoint_sets_both_attempt_counts(api, queue):
     d, _ = dequeued(api, queue)
     api.checkpoint(queue, (d, {"numOfAttemptsAllowed": 5}))
@@ -45,6 +52,7 @@ def test_checkpoint_sets_both_attempt_counts(api, queue):
     assert (info.attemptsAllowed, info.attemptsRemaining) == (5, 5)
 
 
+@pytest.mark.rule("T-checkpoint", "B-status-cap")
 def test_checkpoint_prepends_status_keeping_newest_text(api, queue):
     cap = api.app.config.limits.custom_status_max_chars
     d, _ = dequeued(api, queue)
@@ -55,6 +63,7 @@ def test_checkpoint_prepends_status_keeping_newest_text(api, queue):
     assert api.job(d).customStatus == "n" * cap
 
 
+@pytest.mark.rule("T-checkpoint-to-pending")
 def test_move_to_pending_reschedules_and_clears_the_claim(api, queue):
     d, _ = dequeued(api, queue)
     later = api.now() + 60_000
@@ -67,6 +76,7 @@ def test_move_to_pending_reschedules_and_clears_the_claim(api, queue):
     assert api.dequeue_ids(queue) == [d]
 
 
+@pytest.mark.rule("T-no-op")
 def test_checkpoint_of_a_pending_job_is_a_no_op(api, queue):
     [d] = api.enqueue(queue, b"x")
     before = api.job(d)
@@ -74,6 +84,7 @@ def test_checkpoint_of_a_pending_job_is_a_no_op(api, queue):
     assert api.job(d) == before
 
 
+@pytest.mark.rule("C-source-match")
 def test_checkpoint_by_another_source_is_a_no_op(api, queue):
     d, _ = dequeued(api, queue)
     before = api.job(d)
@@ -84,6 +95,7 @@ def test_checkpoint_by_another_source_is_a_no_op(api, queue):
     assert api.job(d) == before
 
 
+@pytest.mark.rule("C-claim-fences")
 def test_checkpoint_with_a_stale_claim_is_a_no_op(api, queue):
     d, old = dequeued(api, queue)
     api.advance(120_000)
@@ -96,9 +108,20 @@ def test_checkpoint_with_a_stale_claim_is_a_no_op(api, queue):
     assert api.job(d).body == b"ok"
 
 
+@pytest.mark.rule("T-no-op")
 def test_checkpoint_of_a_finished_job_is_a_no_op(api, queue):
     d, _ = dequeued(api, queue)
     api.ack(queue, succeeded=[d])
     before = api.job(d)
     api.checkpoint(queue, (d, {"moveToPending": True}))
     assert api.job(d) == before and before.jobState == 2
+
+
+@pytest.mark.rule("I-request-queue")
+def test_checkpoint_with_a_descriptor_of_another_queue_is_rejected(api, queue):
+    other = api.new_queue()
+    d, _ = dequeued(api, other)
+    with api.raises(E.UNKNOWN, match="belongs to queue"):
+        api.checkpoint(queue, (d, {"newBody": "moved", "moveToPending": True}))
+    info = api.job(d)
+    assert info.jobState == 1 and info.body == b"x"

@@ -6,16 +6,19 @@ from pinlater.idl import ErrorCode as E
 from tests.conformance.api import ADMIN_PASSWORD
 
 
+@pytest.mark.rule("Q-create")
 def test_created_queue_is_listed(api, queue):
     assert queue in api.queue_names()
 
 
+@pytest.mark.rule("Q-create")
 def test_create_queue_is_idempotent_and_keeps_jobs(api, queue):
     [d] = api.enqueue(queue, b"kept")
     api.create(queue)
     assert api.job(d).body == b"kept"
 
 
+@pytest.mark.rule("Q-delete")
 def test_delete_queue_removes_it_and_every_job(api, queue):
     pending, running, done = api.enqueue(queue, b"a", b"b", b"c")
     api.dequeue(queue, 2)
@@ -25,11 +28,13 @@ def test_delete_queue_removes_it_and_every_job(api, queue):
         api.lookup([pending, running, done])
 
 
+@pytest.mark.rule("Q-delete")
 def test_delete_queue_twice_is_fine(api, queue):
     api.delete_queue(queue)
     api.delete_queue(queue)
 
 
+@pytest.mark.rule("Q-delete")
 def test_recreated_queue_starts_empty(api, queue):
     api.enqueue(queue, b"old")
     api.delete_queue(queue)
@@ -37,6 +42,7 @@ def test_recreated_queue_starts_empty(api, queue):
     assert api.count(queue, 0) == 0
 
 
+@pytest.mark.rule("E-password-invalid")
 def test_delete_queue_with_wrong_password_is_refused_and_keeps_queue(api, queue):
     with api.raises(E.PASSWORD_INVALID):
         api.delete_queue(queue, password="wrong")
@@ -45,6 +51,7 @@ def test_delete_queue_with_wrong_password_is_refused_and_keeps_queue(api, queue)
     assert queue in api.queue_names()
 
 
+@pytest.mark.rule("E-queue-name-invalid")
 @pytest.mark.parametrize(
     "name",
     [
@@ -65,17 +72,20 @@ def test_invalid_queue_names_are_rejected(api, name):
         api.create(name)
 
 
+@pytest.mark.rule("E-queue-name-invalid")
 def test_non_text_queue_name_is_rejected(api):
     with api.raises(E.QUEUE_NAME_INVALID):
         api.client.createQueue(api.ctx(), None)
 
 
+@pytest.mark.rule("E-queue-name-too-long")
 def test_too_long_queue_name_is_rejected_up_front(api):
     with api.raises(E.QUEUE_NAME_TOO_LONG):
         api.create("q" * 300)
     assert not any(n.startswith("qqqq") for n in api.queue_names())
 
 
+@pytest.mark.rule("Q-case")
 def test_mixed_case_queue_names_are_distinct(api):
     lower = api.new_queue("case")
     upper = lower.upper()
@@ -85,6 +95,7 @@ def test_mixed_case_queue_names_are_distinct(api):
     assert api.count(lower, 0) == 1
 
 
+@pytest.mark.rule("E-queue-not-found")
 @pytest.mark.parametrize(
     "call",
     ["enqueue", "dequeue", "ack", "checkpoint", "lookup", "count", "scan", "retry", "delete"],

@@ -4,6 +4,8 @@ double-move a job."""
 import threading
 from collections import Counter
 
+import pytest
+
 from tests.conformance.api import Api
 from tests.conformance.wire import loopback_client
 
@@ -13,6 +15,7 @@ def own_api(api: Api) -> Api:
     return Api(loopback_client(api.app.handler), api.app)
 
 
+@pytest.mark.rule("X-claim-once")
 def test_concurrent_dequeuers_claim_each_job_exactly_once(api, queue):
     total = 600
     for start in range(0, total, 200):
@@ -30,7 +33,7 @@ def test_concurrent_dequeuers_claim_each_job_exactly_once(api, queue):
                     return
                 with lock:
                     got.extend(ids)
-        except Exception as exc:  # surfaced below
+        except Exception as exc:  # noqa: BLE001 (any error in a worker thread is surfaced below)
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
@@ -44,6 +47,7 @@ def test_concurrent_dequeuers_claim_each_job_exactly_once(api, queue):
     assert api.count(queue, 1) == total
 
 
+@pytest.mark.rule("X-fail-once")
 def test_acks_racing_the_janitor_never_double_move_a_job(api, queue):
     ds = api.enqueue(queue, *[{"body": b"x", "numAttemptsAllowed": 3}] * 200)
     claims = {d: m.claimDescriptor for d, m in api.dequeue(queue, 200).jobMetadata.items()}

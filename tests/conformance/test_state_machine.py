@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -194,6 +195,21 @@ class QueueMachine(RuleBasedStateMachine):
             assert total == expected, (state, total, expected)
 
 
+@pytest.mark.rule(
+    "T-enqueue",
+    "T-dequeue",
+    "T-ack-success",
+    "T-ack-failure-retry",
+    "T-ack-failure-final",
+    "T-claim-expiry",
+    "T-checkpoint",
+    "T-checkpoint-to-pending",
+    "C-claim-fences",
+    "C-source-match",
+    "D-priority-order",
+    "D-limit",
+    "N-count",
+)
 def test_backend_agrees_with_the_model(api):
     QueueMachine.api = api
     examples = int(os.environ.get("PINLATER_HYPOTHESIS_EXAMPLES", "15"))

@@ -1,0 +1,95 @@
+"""Storage faults and probes for the conformance suite, on the real shards of the running store.
+
+`intercepted` wraps one shard primitive (e.g. `enqueue`) of some shards: it counts the calls,
+records what the real primitive returned, and can make a call fail first with the error the
+storage seam defines (`ShardError` for a lost connection, `StorageFull` for a full disk or
+Redis over maxmemory). The database behind the shard stays real; only the failure is injected,
+so the rules pinned are the sharded layer's and the handler's answers to it, on every backend.
+Everything is undone afterwards, by default including the health the failures cost the shards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from pinlater.storage.errors import ShardError, StorageFull
+from pinlater.storage.sharded import ShardedBackend
+
+
+def lost_connection(shard: str) -> Exception:
+    return ShardError(shard, "connection lost (injected)", retriable=True)
+
+
+def full(shard: str) -> Exception:
+    return StorageFull(f"no space left on shard {shard} (injected)")
+
+
+@dataclass
+class Calls:
+    """What happened to an intercepted primitive: calls per shard and the real results."""
+
+    count: Counter = field(default_factory=Counter)
+    results: list = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def intercepted(
+    store: ShardedBackend,
+    method: str,
+    *,
+    fail_with: Callable[[str], Exception] | None = None,
+    fail_times: int | None = None,
+    shards: Sequence[str] | None = None,
+    keep_health: bool = False,
+) -> Iterator[Calls]:
+    """Wrap `method` of `shards` (default: every shard). With `fail_with`, the first
+    `fail_times` calls per shard (default: every call) raise `fail_with(shard)` instead of
+    running the real primitive. Afterwards the shards' health is reset unless `keep_health`."""
+    names = list(store.shard_names() if shards is None else shards)
+    calls = Calls()
+    saved = {}
+    for name in names:
+        shard = store.shard(name)
+        saved[name] = vars(shard).get(method)
+        setattr(shard, method, _wrapper(name, getattr(shard, method), calls, fail_with, fail_times))
+    try:
+        yield calls
+    finally:
+        for name in names:
+            shard = store.shard(name)
+            if saved[name] is None:
+                delattr(shard, method)
+            else:
+                setattr(shard, method, saved[name])
+            if not keep_health:
+                store.health.forget(name)
+
+
+def _wrapper(name, real, calls: Calls, fail_with, fail_times):
+    def call(*args, **kwargs):
+        calls.count[name] += 1
+        if fail_with is not None and (fail_times is None or calls.count[name] <= fail_times):
+            raise fail_with(name)
+        result = real(*args, **kwargs)
+        calls.results.append(result)
+        return result
+
+    return call
+
+
+def shard_of(descriptor: str) -> str:
+    """The shard name in `QUEUE:sSHARD:pPRIORITY:LOCALID`."""
+    return descriptor.split(":")[1][1:]
+
+
+def local_id(descriptor: str) -> int:
+    return int(descriptor.rsplit(":", 1)[1])
+
+
+def shift_clocks(store: ShardedBackend, names: Sequence[str], ms: int) -> None:
+    """Move the clocks of some shards only (`ShardedBackend.shift_clock` moves them all)."""
+    for name in names:
+        store.shard(name).clock_offset_ms += ms
