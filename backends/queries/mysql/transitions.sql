@@ -9,6 +9,8 @@
 -- Bounded statements use single-table UPDATE/DELETE ... ORDER BY <index order> LIMIT, which
 -- walks the index (MySQL allows neither LIMIT in an IN-subquery nor a subquery on the table
 -- being updated).
+-- Claims and sources compare as binary strings: utf8mb4_bin is a PAD SPACE collation, under
+-- which 'worker:host1 ' would equal 'worker:host1' (fencing is exact equality, semantics.md).
 
 -- name: dequeue_select
 -- Eligible PENDING jobs, oldest run_after first then by id, row-locked for the claim that
@@ -62,7 +64,9 @@ SET state = 2,
     custom_status = RIGHT(CONCAT(custom_status, :status), :cap),
     updated_at = :now
 WHERE local_id IN ({ids}) AND state = 1
-  AND (claim = :claim OR (:claim IS NULL AND SUBSTRING(claim, :source_pos) = :source))
+  AND (CAST(claim AS BINARY) = CAST(:claim AS BINARY)
+       OR (:claim IS NULL
+           AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY)))
 
 -- name: ack_failure_ids
 -- IN_PROGRESS jobs with a matching claim -> PENDING (one attempt used, run_after = :now +
@@ -76,7 +80,9 @@ SET state = CASE WHEN attempts_remaining > 1 THEN 0 ELSE 3 END,
     updated_at = :now,
     attempts_remaining = CASE WHEN attempts_remaining > 1 THEN attempts_remaining - 1 ELSE 0 END
 WHERE local_id IN ({ids}) AND state = 1
-  AND (claim = :claim OR (:claim IS NULL AND SUBSTRING(claim, :source_pos) = :source))
+  AND (CAST(claim AS BINARY) = CAST(:claim AS BINARY)
+       OR (:claim IS NULL
+           AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY)))
 
 -- name: checkpoint
 -- IN_PROGRESS with a matching claim: new state (:state 1 stays, 0 moves to PENDING and clears
@@ -91,7 +97,9 @@ SET state = :state,
     updated_at = :now,
     attempts_remaining = COALESCE(:attempts, attempts_remaining)
 WHERE local_id = :id AND state = 1
-  AND (claim = :claim OR (:claim IS NULL AND SUBSTRING(claim, :source_pos) = :source))
+  AND (CAST(claim AS BINARY) = CAST(:claim AS BINARY)
+       OR (:claim IS NULL
+           AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY)))
 
 -- name: retry_failed
 -- Up to :limit FAILED jobs, oldest run_after first, back to PENDING with :remaining attempts.
