@@ -1,10 +1,11 @@
-"""MySQL/MariaDB dialect specifics, against a throwaway mariadbd (never the system server):
-index use of the dequeue and janitor statements, SKIP LOCKED under concurrency, FOUND_ROWS,
-id assignment on every server capability path, error mapping, bodies at the cap, queue names,
-the shard map and pool sharing."""
+"""The MySQL/MariaDB shard: the shard contract through the kit, against a throwaway mariadbd
+(never the system server), then the dialect specifics: index use of the dequeue and janitor
+statements, SKIP LOCKED under concurrency, FOUND_ROWS, id assignment on every server
+capability path, packet splitting, error mapping, queue names, the shard map and pool sharing."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import threading
@@ -22,6 +23,7 @@ from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import ShardError, StorageFull
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
+from pinlater.storage.shard_kit import MAIN, OTHER, Capabilities, Storage, exercise
 from tests.support import mysql_env
 
 SOURCE = "worker:unit"
@@ -36,6 +38,20 @@ def server(tmp_path_factory):
 
 def parse(entries):
     return MySQLBackend.parse_shards(entries, {}, "backend.shards")
+
+
+@contextlib.contextmanager
+def mysql_storage(server):
+    """Two logical shards of one instance (databases_per_queue 2, one pool), named so that no
+    other check uses their databases; the kit runs on the first."""
+    main, other = parse([server.shard(f"kit{next(_names)}", databases_per_queue=2)])
+    yield Storage(
+        new_backend=lambda limits: MySQLBackend({}, limits),
+        spec={MAIN: main, OTHER: other}.__getitem__,
+    )
+
+
+test_shard_contract = exercise(mysql_storage, Capabilities())
 
 
 @pytest.fixture
@@ -73,7 +89,7 @@ def explain(shard, sql, params):
     with shard._read() as cur:
         cur.execute("EXPLAIN " + sql, params)
         columns = [d[0] for d in cur.description]
-        return [dict(zip(columns, row)) for row in cur.fetchall()]
+        return [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
 
 
 def force_capabilities(shard, **changes) -> None:
@@ -166,14 +182,6 @@ def test_without_skip_locked_the_update_limit_fallback_still_claims_each_job_onc
     assert len(set(claimed)) == len(claimed)
 
 
-def test_dequeue_order_is_run_after_then_id(shard, queue):
-    now = shard.now_ms()
-    late = enqueue(shard, queue, b"late", run_after_ms=now - 1000)
-    early = enqueue(shard, queue, b"early1", b"early2", run_after_ms=now - 5000)
-    jobs = shard.dequeue(queue, 1, 10, new_claim(SOURCE))
-    assert [j.local_id for j in jobs] == early + late
-
-
 # ---------------------------------------------------------------- ids
 
 
@@ -225,30 +233,6 @@ def test_connections_report_matched_rows_not_changed_rows(shard, queue):
         assert cur.rowcount == 1
 
 
-def test_acks_sharing_a_claim_apply_in_one_statement_and_respect_the_guard(shard, queue):
-    ids = enqueue(shard, queue, b"a", b"b", b"c")
-    claim = new_claim(SOURCE)
-    shard.dequeue(queue, 1, 2, claim)
-    acks = [Ack(1, i, ClaimMatch(SOURCE, claim), "done") for i in ids]
-    assert shard.ack(queue, acks, []) == 2  # the third job is PENDING: untouched
-    assert shard.ack(queue, acks, []) == 0  # resent acks are no-ops
-    states = {r.local_id: r.state for r in shard.lookup(queue, [(1, i) for i in ids], False)}
-    assert states == {
-        ids[0]: JobState.SUCCEEDED,
-        ids[1]: JobState.SUCCEEDED,
-        ids[2]: JobState.PENDING,
-    }
-
-
-def test_status_truncation_keeps_the_newest_characters(shard, queue):
-    (local_id,) = enqueue(shard, queue, b"x", custom_status="ab")
-    claim = new_claim(SOURCE)
-    shard.dequeue(queue, 1, 1, claim)
-    shard.ack(queue, [], [Ack(1, local_id, ClaimMatch(SOURCE, claim), "é" * 25)])
-    (record,) = shard.lookup(queue, [(1, local_id)], False)
-    assert record.custom_status == "é" * 20  # cap 20 characters (not bytes)
-
-
 # ---------------------------------------------------------------- clock
 
 
@@ -261,25 +245,7 @@ def test_eligibility_uses_the_server_clock_plus_the_shard_offset(shard, queue):
     assert [j.body for j in shard.dequeue(queue, 1, 10, None)] == [b"later"]
 
 
-def test_reclaim_uses_the_server_clock(shard, queue):
-    (local_id,) = enqueue(shard, queue, b"x")
-    shard.dequeue(queue, 1, 1, new_claim(SOURCE))
-    assert shard.reclaim_expired(queue, 1, 60_000, 10).retried == 0
-    shard.clock_offset_ms = 61_000
-    assert shard.reclaim_expired(queue, 1, 60_000, 10).retried == 1
-
-
 # ---------------------------------------------------------------- bodies
-
-
-def test_body_at_the_cap_round_trips_byte_identical(shard, queue):
-    body = bytes(range(256)) * (1024 * 1024 // 256)
-    assert len(body) == StorageLimits().body_cap
-    (local_id,) = enqueue(shard, queue, body)
-    (record,) = shard.lookup(queue, [(1, local_id)], True)
-    assert record.body == body
-    (job,) = shard.dequeue(queue, 1, 1, new_claim(SOURCE))
-    assert job.body == body
 
 
 def test_batches_larger_than_max_allowed_packet_are_split_but_stay_atomic(server, queue):
@@ -296,13 +262,6 @@ def test_batches_larger_than_max_allowed_packet_are_split_but_stay_atomic(server
     finally:
         server.query("SET GLOBAL max_allowed_packet = 67108864")
         backend.close()
-
-
-def test_user_data_is_never_formatted_into_sql(shard, queue):
-    nasty = "x'); DROP DATABASE mysql; -- %s %(now)s {table}"
-    (local_id,) = enqueue(shard, queue, nasty.encode(), custom_status=nasty[:20])
-    (record,) = shard.lookup(queue, [(1, local_id)], True)
-    assert record.body == nasty.encode() and record.custom_status == nasty[:20]
 
 
 # ---------------------------------------------------------------- errors
@@ -341,19 +300,6 @@ def test_pymysql_errors_map_to_the_storage_contract(exc, expected, retriable):
     if retriable is not None:
         assert mapped.retriable is retriable
         assert "shard 1" in str(mapped)
-
-
-def test_unknown_table_of_this_shard_becomes_queue_not_found(shard):
-    with pytest.raises(QueueNotFound) as caught:
-        enqueue(shard, "never_created", b"x")
-    assert caught.value.queue == "never_created"
-    for call in (
-        lambda: shard.dequeue("never_created", 1, 5, new_claim(SOURCE)),
-        lambda: shard.ack("never_created", [], []),
-        lambda: shard.count("never_created", JobState.PENDING, [1], False, 5, None),
-    ):
-        with pytest.raises(QueueNotFound):
-            call()
 
 
 def test_a_real_lock_wait_timeout_is_a_retriable_shard_error(server, queue):
