@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from pinlater.common.logs import FORMATS as LOG_FORMATS
 from pinlater.common.passwords import parse_password_hash
 from pinlater.common.sections import ConfigError, build_section, coerce, hint
 from pinlater.common.sections import field_range as _range
@@ -187,6 +188,8 @@ class Config:
     #: its share (rate / number of servers) of the queue rate limits. None = limits per server
     server_set_file: str | None = None
     log_level: str = "INFO"
+    #: `text` or `json` (one JSON object per line, for log shippers)
+    log_format: str = "text"
 
     def storage_limits(self) -> StorageLimits:
         return StorageLimits(
@@ -211,6 +214,7 @@ ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
     "PINLATER_SERVER_SET_FILE": (None, "server_set_file"),
     "PINLATER_METRICS_HOST": ("metrics", "host"),
     "PINLATER_LOG_LEVEL": (None, "log_level"),
+    "PINLATER_LOG_FORMAT": (None, "log_format"),
     "PINLATER_CLAIM_TIMEOUT_SECONDS": ("janitor", "claim_timeout_seconds"),
 }
 
@@ -309,6 +313,10 @@ def _build_config(
     _check_tls(config.server.tls, problems)
     if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         problems.append(f"log_level: {config.log_level!r} is not a log level")
+    if config.log_format not in LOG_FORMATS:
+        problems.append(
+            f"log_format: {config.log_format!r} must be one of {', '.join(LOG_FORMATS)}"
+        )
     return config
 
 

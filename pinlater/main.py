@@ -1,6 +1,7 @@
 """`pinlater-server`: load and validate the config, bind the port, build the App, serve.
 
     pinlater-server [--config FILE] [--host H] [--port N] [--data-dir DIR] [--log-level L]
+                    [--log-format text|json]
 
 Flags override PINLATER_* environment variables, which override the file. With no arguments it
 serves the embedded SQLite backend from ./pinlater-data/ on 127.0.0.1:9010.
@@ -27,6 +28,7 @@ import sys
 from typing import Any
 
 from pinlater.app import App, NotDurable, load_config
+from pinlater.common.logs import FORMATS, configure_logging
 from pinlater.common.sections import ConfigError
 from pinlater.config import Config
 from pinlater.idl import PinLater
@@ -46,6 +48,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, help="port to listen on; 0 picks a free port")
     parser.add_argument("--data-dir", help="SQLite data directory (backend.data_dir)")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
+    parser.add_argument(
+        "--log-format", choices=FORMATS, help="text, or json: one JSON object per line (log_format)"
+    )
     return parser.parse_args(argv)
 
 
@@ -60,6 +65,8 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     overrides["backend"] = {} if args.data_dir is None else {"data_dir": args.data_dir}
     if args.log_level is not None:
         overrides["log_level"] = args.log_level
+    if args.log_format is not None:
+        overrides["log_format"] = args.log_format
     return overrides
 
 
@@ -116,11 +123,8 @@ def install_signal_handlers(server: Server) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    early_format = args.log_format or os.environ.get("PINLATER_LOG_FORMAT", "text")
+    configure_logging("INFO", early_format if early_format in FORMATS else "text")
     try:
         config = load_config(args.config, overrides=flag_overrides(args))
     except ConfigError as exc:
@@ -128,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return 2
-    logging.getLogger().setLevel(config.log_level.upper())
+    configure_logging(config.log_level, config.log_format)
     try:
         sock = bind(config.server.host, config.server.port)
     except OSError as exc:
