@@ -146,7 +146,7 @@ class App:
         problems = []
         for name in self.store.shard_names():
             for warning in self.store.shard(name).durability_warnings():
-                log.warning("DURABILITY: shard %s: %s", name, warning)
+                log.warning("DURABILITY: %s", warning)  # each warning names its shard
                 problems.append(warning)
         if problems and self.config.backend.require_durable:
             raise NotDurable(problems)

@@ -19,7 +19,10 @@ Behaviour worth knowing (the reasons are in the module docstrings of pool.py and
   for idempotent calls.
 * Every call sends RequestContext(source, requestId): one fresh requestId per method call
   (this client's random 16-hex prefix plus a call counter: unique without a random draw per
-  call), kept across its retries so server logs can tie the attempts together.
+  call), kept across its retries so server logs can tie the attempts together (the server
+  warns about a failing request id once). Each retry is logged here at DEBUG with its attempt
+  number; what to tell the user about a call that finally failed is the caller's business (the
+  worker logs it once, with how many calls in a row failed).
 * `tls`: None (plain TCP), True (verify against the system CAs), a CA file path, or an
   ssl.SSLContext (e.g. pinlater.common.tls.client_context(ca, cert, key) for mutual TLS). The
   server's certificate and host name are always verified unless the context says otherwise. A TLS
@@ -29,6 +32,7 @@ Behaviour worth knowing (the reasons are in the module docstrings of pool.py and
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import socket
 import ssl
@@ -70,6 +74,8 @@ _MAX_SOURCE_LENGTH = (
     200  # pinlater.storage.claims.MAX_SOURCE_LENGTH; the server rejects longer ones
 )
 _DOWN_SECONDS = 1.0  # how long a server that refused a connection is skipped
+
+log = logging.getLogger(__name__)
 
 
 class PinLaterClient:
@@ -321,6 +327,15 @@ class PinLaterClient:
             if done:
                 return result
             maybe_applied = maybe_applied or getattr(error, "maybe_applied", True)
+            if attempt < self.retries:
+                log.debug(
+                    "%s (request %s) attempt %d of %d failed: %s; retrying",
+                    api,
+                    context.requestId,
+                    attempt + 1,
+                    self.retries + 1,
+                    error,
+                )
         if isinstance(error, PinLaterTransportError) and maybe_applied:
             # an earlier try may have reached the server even if the last one could not
             error.maybe_applied = True

@@ -6,6 +6,10 @@ one), the source, the client address, the method, the queue and the outcome (err
 misbehaving client cannot flood the log; the first line let through after a suppressed stretch
 says how many were dropped. The peer table is bounded (oldest windows dropped first).
 
+A client retrying a failed call sends the same request id again (worker_sdk keeps it across
+retries): only its first failure is a WARNING; the repeats with the same outcome are DEBUG lines
+carrying the attempt number, so one failing call is one warning however often it was retried.
+
 The client address comes from `pinlater.handler.context` (set by the network loop).
 """
 
@@ -15,6 +19,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 
 from pinlater.handler.context import current_peer
@@ -23,6 +28,8 @@ log = logging.getLogger("pinlater.requests")
 
 #: at most this many peers are tracked; beyond it the stalest windows are forgotten
 MAX_PEERS = 10_000
+#: failed (request id, outcome) pairs remembered to recognise a client's retries
+MAX_FAILED_REQUESTS = 1024
 _WINDOW_SECONDS = 60.0
 
 
@@ -54,6 +61,8 @@ class RequestLog:
         self._lock = threading.Lock()
         #: peer -> [window start, lines in window, suppressed since last line]
         self._peers: dict[str, list] = {}
+        #: (client request id, outcome) -> (failed attempts, first seen), oldest first
+        self._failed: OrderedDict[tuple[str, str], tuple[int, float]] = OrderedDict()
 
     def record(
         self,
@@ -67,7 +76,8 @@ class RequestLog:
         if outcome == "ok" and not self._log.isEnabledFor(logging.DEBUG):
             return  # the common case: nothing to log, so build nothing (uuid4 is a syscall)
         source = _shown(getattr(context, "source", None))
-        request_id = getattr(context, "requestId", None) or uuid.uuid4().hex[:12]
+        client_id = getattr(context, "requestId", None)
+        request_id = client_id or uuid.uuid4().hex[:12]
         peer = current_peer()
         fields = (
             f"request_id={_shown(request_id, 64)} source={source} peer={peer or '-'} "
@@ -77,11 +87,30 @@ class RequestLog:
         if outcome == "ok":
             self._log.debug("%s ms=%.1f", fields, seconds * 1000)
             return
+        attempt = self._attempt(client_id, outcome)
+        if attempt > 1:
+            self._log.debug("%s ms=%.1f attempt=%d (a retry)", fields, seconds * 1000, attempt)
+            return
         suppressed = self._admit(_host(peer, source))
         if suppressed is None:
             return
         note = f" ({suppressed} earlier warnings from this client suppressed)" if suppressed else ""
         self._log.warning("%s ms=%.1f: %s%s", fields, seconds * 1000, _shown(message, 300), note)
+
+    def _attempt(self, client_id: object, outcome: str) -> int:
+        """How often this client request id has failed with this outcome within the last
+        window, this failure included (1: not a retry)."""
+        if not isinstance(client_id, str) or not client_id:
+            return 1
+        key, now = (client_id, outcome), self._clock()
+        with self._lock:
+            attempt, first = self._failed.pop(key, (0, now))
+            if now - first >= _WINDOW_SECONDS:  # a client that reuses one id for every call
+                attempt, first = 0, now
+            self._failed[key] = (attempt + 1, first)
+            if len(self._failed) > MAX_FAILED_REQUESTS:
+                self._failed.popitem(last=False)
+        return attempt + 1
 
     def _admit(self, key: str) -> int | None:
         """None to drop this line; else how many were dropped since the last one."""

@@ -206,7 +206,7 @@ class ShardedBackend:
                 observe(name, time.perf_counter() - started, True)
             self.health.record_success(name)
             return result
-        raise ShardConnectionFailed(f"shard {name} failed: {last}")
+        raise ShardConnectionFailed(str(last))  # "shard NAME: cause" (ShardError's own text)
 
     def _fan_out(self, names: Iterable[str], op: Callable[[Shard], T]) -> dict[str, T]:
         """Run `op` on each shard (in parallel when there are several); first error wins."""

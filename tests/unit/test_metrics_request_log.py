@@ -166,3 +166,20 @@ def test_remembered_label_children_count_exactly_like_labels():
     assert cached._child(cached.requests, "dequeueJobs", "q", "ok") is cached.requests.labels(
         "dequeueJobs", "q", "ok"
     )
+
+
+def test_a_request_id_retried_by_its_client_warns_once(caplog):
+    rlog, clock = make_log(caplog, per_minute=100)
+    ctx = RequestContext(source="cli", requestId="abc1")
+    for _ in range(3):
+        rlog.record("createQueue", ctx, "q", "SHARD_CONNECTION_FAILED", 0.0, "shard r1: down")
+    levels = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in levels] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+    assert "attempt=2 (a retry)" in levels[1][1] and "attempt=3 (a retry)" in levels[2][1]
+    rlog.record("createQueue", ctx, "q", "NO_HEALTHY_SHARDS", 0.0)  # another outcome: news
+    clock.now += 61  # a client reusing one id for every call still warns once a minute
+    rlog.record("createQueue", ctx, "q", "SHARD_CONNECTION_FAILED", 0.0)
+    rlog.record("createQueue", RequestContext(source="cli"), "q", "UNKNOWN", 0.0)  # no id
+    rlog.record("createQueue", RequestContext(source="cli"), "q", "UNKNOWN", 0.0)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 5
