@@ -18,10 +18,14 @@ BODY_WIDTH = 60
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Left-aligned columns separated by two spaces; numbers right-aligned."""
+    """Left-aligned columns separated by two spaces; numbers right-aligned (floats with one
+    decimal)."""
     cells = [[_cell(v) for v in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    numeric = [bool(rows) and all(isinstance(r[i], int) for r in rows) for i in range(len(headers))]
+    numeric = [
+        bool(rows) and all(isinstance(r[i], (int, float)) for r in rows)
+        for i in range(len(headers))
+    ]
 
     def line(values: Sequence[str]) -> str:
         parts = [
@@ -38,6 +42,8 @@ def _cell(value: Any) -> str:
         return "-"
     if isinstance(value, bytes):
         return show_body(value)
+    if isinstance(value, float):
+        return f"{value:.1f}"
     return str(value)
 
 
@@ -106,6 +112,23 @@ def job_infos_table(infos: Sequence[JobInfo], with_body: bool) -> str:
         for row, info in zip(rows, infos, strict=True):
             row.append(show_body(info.body))
     return table(headers, rows)
+
+
+def job_info_block(info: JobInfo, with_body: bool) -> str:
+    """One job as `descriptor` and indented `field  value` lines (lookup: every field, the
+    claim included, without a table wider than the terminal)."""
+    fields = [
+        ("state", info.state.name),
+        ("attempts", f"{info.attempts_remaining} of {info.attempts_allowed} left"),
+        ("claim", info.claim or "-"),
+        ("status", show_body(info.custom_status.encode("utf-8"), 200) or "-"),
+        ("created", show_time(info.created_at_ms)),
+        ("run after", show_time(info.run_after_ms)),
+        ("updated", show_time(info.updated_at_ms)),
+    ]
+    if with_body:
+        fields.append(("body", show_body(info.body)))
+    return "\n".join([info.descriptor] + [f"  {name:<10} {value}" for name, value in fields])
 
 
 def dequeued_json(job: DequeuedJob) -> dict[str, Any]:

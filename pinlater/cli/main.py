@@ -2,9 +2,8 @@
 
 Subcommands are named after the original PinLaterClientTool modes (create, delete, enqueue,
 dequeue, check_dequeue, lookup, get_queue_names, get_job_count, scan, retry_failed,
-delete_jobs, checkpoint) plus `hash-password` and `stats`; hyphenated aliases work too. The
-original's underscore flags (--job_descriptor, --num_queries ...) are accepted beside
-hyphenated ones.
+delete_jobs, checkpoint) plus `hash-password` and `stats`; the options are in
+pinlater.cli.parser, the commands here.
 
 Exit codes: 0 success, 1 the server reported an error (its ErrorCode name is printed),
 2 usage or input error, 3 the server could not be reached or the connection failed.
@@ -14,60 +13,29 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import itertools
 import os
 import random
 import ssl
 import sys
-import time
+from collections.abc import Callable
 from typing import TextIO
 
 from pinlater.cli import format as fmt
 from pinlater.cli import load as cli_load
+from pinlater.cli import parser as cli_parser
 from pinlater.cli import stats as cli_stats
-from pinlater.common.passwords import DEFAULT_ITERATIONS, hash_password
+from pinlater.cli.parser import SERVICE, UsageError
+from pinlater.common.passwords import hash_password
 from pinlater.common.serverset import ServerSetError
 from pinlater.common.tls import client_context
 from worker_sdk.client import PinLaterClient
-from worker_sdk.errors import PinLaterError, PinLaterTransportError
-from worker_sdk.models import AckInfo, CheckpointRequest, Job, JobState
+from worker_sdk.errors import PinLaterError, PinLaterTransportError, PriorityNotSupported
+from worker_sdk.models import AckInfo, CheckpointRequest, Job
 
 EXIT_OK, EXIT_SERVER, EXIT_USAGE, EXIT_CONNECTION = 0, 1, 2, 3
-SERVICE = "pinlaterclienttool"
-_GLOBAL_DEFAULTS = {
-    "host": "127.0.0.1",
-    "port": 9010,
-    "servers": None,
-    "source": None,
-    "timeout": 10.0,
-    "connect_timeout": 2.0,
-    "retries": 2,
-    "json": False,
-    "tls": False,
-    "tls_ca": None,
-    "tls_cert": None,
-    "tls_key": None,
-}
-
-
-class UsageError(Exception):
-    """Bad command line or input; printed with exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting and prints help to the injected stream."""
-
-    stream: TextIO = sys.stdout
-
-    def error(self, message: str):
-        raise UsageError(f"{self.prog}: {message}")
-
-    def print_help(self, file=None):
-        super().print_help(file or self.stream)
-
-    def exit(self, status=0, message=None):
-        if message:
-            self.stream.write(message)
-        raise SystemExit(status)
+#: bulk commands without --priority stop at the first priority the server refuses, or here
+MAX_PRIORITIES = 100
 
 
 def main(
@@ -95,245 +63,7 @@ def main(
 
 
 def parse_args(argv: list[str] | None, out: TextIO = sys.stdout) -> argparse.Namespace:
-    _Parser.stream = out
-    args = build_parser().parse_args(argv)
-    for key, default in _GLOBAL_DEFAULTS.items():
-        if not hasattr(args, key):
-            setattr(args, key, default)
-    return args
-
-
-# ---- parser ----
-
-
-def _global_options() -> _Parser:
-    """Options valid before or after the subcommand (SUPPRESS keeps one from erasing the other)."""
-    common = _Parser(add_help=False)
-    opt = common.add_argument_group("connection and output")
-    suppress = argparse.SUPPRESS
-    opt.add_argument("--host", default=suppress, help="server host (default 127.0.0.1)")
-    opt.add_argument("--port", type=int, default=suppress, help="server port (default 9010)")
-    opt.add_argument(
-        "--servers",
-        default=suppress,
-        help="comma-separated host:port list or a ServerSet file (overrides --host)",
-    )
-    opt.add_argument(
-        "--source", default=suppress, help=f"RequestContext source ({SERVICE}:HOSTNAME)"
-    )
-    opt.add_argument("--timeout", type=float, default=suppress, help="per-call timeout, s (10)")
-    opt.add_argument(
-        "--connect-timeout", type=float, default=suppress, help="connect timeout, s (2)"
-    )
-    opt.add_argument(
-        "--retries", type=int, default=suppress, help="retries of idempotent calls (2)"
-    )
-    opt.add_argument("--json", action="store_true", default=suppress, help="print JSON")
-    opt.add_argument(
-        "--tls",
-        action="store_true",
-        default=suppress,
-        help="connect with TLS, verifying the server certificate and host name",
-    )
-    opt.add_argument(
-        "--tls-ca", default=suppress, help="CA file for the server certificate (implies --tls)"
-    )
-    opt.add_argument("--tls-cert", default=suppress, help="client certificate for mutual TLS")
-    opt.add_argument(
-        "--tls-key", default=suppress, help="key of --tls-cert (if not in the same file)"
-    )
-    return common
-
-
-def build_parser() -> argparse.ArgumentParser:
-    common = _global_options()
-    parser = _Parser(
-        prog="pinlater", parents=[common], description="Operate a PinLater job queue server."
-    )
-    sub = parser.add_subparsers(
-        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
-    )
-
-    def command(name: str, handler, help_text: str) -> argparse.ArgumentParser:
-        aliases = [name.replace("_", "-")] if "_" in name else []
-        p = sub.add_parser(
-            name, aliases=aliases, parents=[common], help=help_text, description=help_text
-        )
-        p.set_defaults(handler=handler)
-        return p
-
-    p = command("create", cmd_create, "create a queue")
-    _queue(p)
-    p = command("delete", cmd_delete, "delete a queue and all its jobs (admin password)")
-    _queue(p)
-    p.add_argument(
-        "--password", help="admin password (default: $PINLATER_ADMIN_PASSWORD, else prompt)"
-    )
-    p = command("enqueue", cmd_enqueue, "enqueue jobs (or generate load with --num_queries)")
-    _queue(p)
-    _enqueue_options(p)
-    _load_options(p)
-    p = command("dequeue", cmd_dequeue, "dequeue jobs (or generate load with --num_queries)")
-    _queue(p)
-    p.add_argument("--limit", type=_positive, default=1, help="jobs to dequeue (1)")
-    p.add_argument(
-        "--ack",
-        choices=["success", "failure"],
-        help="ack the dequeued jobs; without it they stay claimed until timeout",
-    )
-    p.add_argument("--retry-delay-ms", type=int, default=0, help="retry delay of failure acks")
-    p.add_argument("--dry-run", "--dry_run", action="store_true", help="look, do not claim")
-    _load_options(p)
-    p.add_argument(
-        "--dequeue_success_percent",
-        "--dequeue-success-percent",
-        type=int,
-        default=100,
-        dest="success_percent",
-        help="load mode: share acked success",
-    )
-    p.add_argument(
-        "--piggyback",
-        action="store_true",
-        help="load mode: send acks with the next dequeue instead of a separate call",
-    )
-    p = command("check_dequeue", cmd_check_dequeue, "tell whether a job is ready (dry run)")
-    _queue(p)
-    p = command("lookup", cmd_lookup, "show jobs by descriptor")
-    p.add_argument("--queue", "-q", help="ignored (the original tool required it)")
-    _descriptors(p)
-    p.add_argument("--no-body", action="store_true", help="do not fetch bodies")
-    command("get_queue_names", cmd_queue_names, "list queues")
-    p = command("get_job_count", cmd_count, "count jobs in a state")
-    _queue(p)
-    _state(p)
-    p.add_argument("--priority", type=int, help="only this priority (default: all)")
-    p.add_argument(
-        "--count_future_jobs",
-        "--count-future-jobs",
-        "--future",
-        action="store_true",
-        dest="future",
-        help="count jobs whose run-after is in the future",
-    )
-    p.add_argument("--body-regex", help="only jobs whose body matches")
-    p = command("scan", cmd_scan, "list jobs in a state, newest run-after first")
-    _queue(p)
-    _state(p)
-    p.add_argument("--priority", type=int, help="only this priority (default: all)")
-    p.add_argument("--future", action="store_true", help="scan jobs to run in the future")
-    p.add_argument("--body-regex", help="only jobs whose body matches")
-    p.add_argument("--page-size", type=_positive, default=100, help="jobs per request (100)")
-    p.add_argument("--max", type=_positive, default=1000, help="stop after this many (1000)")
-    p = command("retry_failed", cmd_retry_failed, "move FAILED jobs back to PENDING")
-    _queue(p)
-    p.add_argument("--priority", type=int, default=1, help="priority (1)")
-    p.add_argument("--attempts", type=_positive, default=1, help="attempts to allow (1)")
-    p.add_argument("--run-after", type=_run_after, help="epoch ms, or +N[ms|s|m|h|d]")
-    p.add_argument("--limit", type=_positive, default=1000, help="at most this many (1000)")
-    p = command("delete_jobs", cmd_delete_jobs, "delete jobs in a state")
-    _queue(p)
-    _state(p, default=None)
-    p.add_argument("--priority", type=int, default=1, help="priority (1)")
-    p.add_argument("--body-regex", help="only jobs whose body matches")
-    p.add_argument("--limit", type=_positive, default=1000, help="at most this many (1000)")
-    p = command("checkpoint", cmd_checkpoint, "update a running job")
-    _queue(p)
-    _descriptors(p)
-    p.add_argument("--claim", help="the claim from dequeue (fences stale workers)")
-    p.add_argument("--new-body", help="replace the body")
-    p.add_argument("--move-to-pending", action="store_true", help="give the job back")
-    p.add_argument("--run-after", type=_run_after, help="epoch ms, or +N[ms|s|m|h|d]")
-    p.add_argument("--attempts", type=_positive, help="set attempts allowed and remaining")
-    p.add_argument("--prepend-status", help="text prepended to the custom status")
-    p = command("stats", cmd_stats, "server health and per-queue job counts by priority")
-    cli_stats.add_arguments(p)
-    p = command(
-        "hash-password", cmd_hash_password, "print a pbkdf2_sha256 hash for admin.password_hash"
-    )
-    p.add_argument("--iterations", type=_positive, default=DEFAULT_ITERATIONS)
-    p.add_argument("--password", help="(default: prompt, or the first line of stdin)")
-    return parser
-
-
-def _queue(p):
-    p.add_argument("--queue", "-q", required=True, help="queue name")
-
-
-def _state(p, default="pending"):
-    p.add_argument(
-        "--job_state",
-        "--job-state",
-        "--state",
-        dest="state",
-        type=JobState.parse,
-        default=None if default is None else JobState.parse(default),
-        required=default is None,
-        help="pending, in_progress, succeeded, failed (or 0-3)",
-    )
-
-
-def _descriptors(p):
-    p.add_argument(
-        "--job_descriptor",
-        "--job-descriptor",
-        "-j",
-        dest="descriptors",
-        action="append",
-        required=True,
-        help="job descriptor (repeatable)",
-    )
-
-
-def _enqueue_options(p):
-    p.add_argument("--body", "-b", action="append", help="job body (repeatable)")
-    p.add_argument("--body-file", help="file whose content is one job body")
-    p.add_argument("--priority", type=int, help="priority (server default 1)")
-    p.add_argument("--run-after", type=_run_after, help="epoch ms, or +N[ms|s|m|h|d]")
-    p.add_argument("--attempts", type=_positive, help="attempts allowed (server default 2)")
-    p.add_argument("--status", help="initial custom status")
-    p.add_argument(
-        "--count", type=_positive, default=1, help="enqueue each body this many times (default 1)"
-    )
-
-
-def _load_options(p):
-    g = p.add_argument_group("load mode")
-    g.add_argument(
-        "--num_queries",
-        "--num-queries",
-        type=int,
-        default=None,
-        help="issue this many requests (-1: until --duration or Ctrl-C)",
-    )
-    g.add_argument("--duration", type=float, help="stop after this many seconds")
-    g.add_argument(
-        "--batch_size", "--batch-size", type=_positive, default=1, help="jobs per request (1)"
-    )
-    g.add_argument("--concurrency", type=_positive, default=1, help="parallel requests (1)")
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
-
-
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def _run_after(text: str) -> int:
-    """Epoch milliseconds, or `+N[ms|s|m|h|d]` from now (seconds when no unit)."""
-    text = text.strip()
-    if text.isascii() and text.isdigit():
-        return int(text)
-    if text.startswith("+"):
-        number = text[1:].rstrip("smhd")
-        unit = text[1 + len(number) :] or "s"
-        if number.isascii() and number.isdigit() and unit in _UNITS_MS:
-            return int(time.time() * 1000) + int(number) * _UNITS_MS[unit]
-    raise argparse.ArgumentTypeError(f"expected epoch ms or +N[ms|s|m|h|d], got {text!r}")
+    return cli_parser.parse_args(argv, HANDLERS, out)
 
 
 # ---- commands ----
@@ -432,11 +162,11 @@ def cmd_dequeue(args, out, err):
                 for j in jobs
             ]
             client.ack(args.queue, **{"succeeded" if args.ack == "success" else "failed": acks})
-    data = {
-        "jobs": [fmt.dequeued_json(j) for j in jobs],
-        "acked": args.ack if args.ack and not args.dry_run else None,
-    }
+    acked = args.ack if args.ack and jobs and not args.dry_run else None
+    data = {"jobs": [fmt.dequeued_json(j) for j in jobs], "acked": acked}
     text = fmt.dequeued_table(jobs) if jobs else "No jobs dequeued."
+    if acked:
+        text += f"\nAcked {len(jobs)} job(s) as {acked}."
     _emit(args, out, data, text)
 
 
@@ -449,12 +179,15 @@ def cmd_check_dequeue(args, out, err):
 
 
 def cmd_lookup(args, out, err):
+    descriptors = args.descriptors + args.positional
+    if not descriptors:
+        raise UsageError("lookup: give job descriptors (or --job_descriptor D ...)")
     with make_client(args) as client:
-        found = client.lookup(args.descriptors, include_body=not args.no_body)
-    missing = [d for d in args.descriptors if d not in found]
-    infos = [found[d] for d in args.descriptors if d in found]
-    text = fmt.job_infos_table(infos, with_body=not args.no_body) if infos else ""
-    text += "".join(f"\nnot found: {d}" for d in missing)
+        found = client.lookup(descriptors, include_body=not args.no_body)
+    missing = [d for d in descriptors if d not in found]
+    infos = [found[d] for d in descriptors if d in found]
+    blocks = [fmt.job_info_block(i, with_body=not args.no_body) for i in infos]
+    text = "\n\n".join(blocks + [f"not found: {d}" for d in missing])
     _emit(
         args,
         out,
@@ -479,7 +212,10 @@ def cmd_count(args, out, err):
             future=args.future,
             body_regex=args.body_regex,
         )
-    _emit(args, out, {"queue": args.queue, "state": args.state.name, "count": n}, str(n))
+    what = args.state.name.lower() + (" (future)" if args.future else "")
+    if args.priority is not None:
+        what += f" (priority {args.priority})"
+    _emit(args, out, {"queue": args.queue, "state": args.state.name, "count": n}, f"{n} {what}")
 
 
 def cmd_scan(args, out, err):
@@ -501,26 +237,50 @@ def cmd_scan(args, out, err):
 
 def cmd_retry_failed(args, out, err):
     with make_client(args) as client:
-        n = client.retry_failed(
-            args.queue,
-            priority=args.priority,
-            attempts=args.attempts,
-            run_after_ms=args.run_after,
-            limit=args.limit,
+        done = _each_priority(
+            args,
+            lambda priority, limit: client.retry_failed(
+                args.queue,
+                priority=priority,
+                attempts=args.attempts,
+                run_after_ms=args.run_after,
+                limit=limit,
+            ),
         )
-    _emit(args, out, {"retried": n}, f"Retried {n} failed jobs")
+    n = sum(done.values())
+    _emit(args, out, {"retried": n, "by_priority": done}, f"Retried {n} failed jobs")
 
 
 def cmd_delete_jobs(args, out, err):
     with make_client(args) as client:
-        n = client.delete_jobs(
-            args.queue,
-            args.state,
-            priority=args.priority,
-            body_regex=args.body_regex,
-            limit=args.limit,
+        done = _each_priority(
+            args,
+            lambda priority, limit: client.delete_jobs(
+                args.queue, args.state, priority=priority, body_regex=args.body_regex, limit=limit
+            ),
         )
-    _emit(args, out, {"deleted": n}, f"Deleted {n} jobs")
+    n = sum(done.values())
+    _emit(args, out, {"deleted": n, "by_priority": done}, f"Deleted {n} jobs")
+
+
+def _each_priority(args, call: Callable[[int, int], int]) -> dict[int, int]:
+    """`call(priority, limit)` for --priority, or for priorities 1, 2, ... until the server
+    refuses one as not supported (or --limit jobs were handled); jobs handled per priority."""
+    if args.priority is not None:
+        return {args.priority: call(args.priority, args.limit)}
+    done: dict[int, int] = {}
+    left = args.limit
+    for priority in itertools.count(1):
+        if left <= 0 or priority > MAX_PRIORITIES:
+            break
+        try:
+            done[priority] = call(priority, left)
+        except PriorityNotSupported:
+            if priority == 1:
+                raise
+            break
+        left -= done[priority]
+    return done
 
 
 def cmd_checkpoint(args, out, err):
@@ -596,6 +356,24 @@ def _job_maker(args):
         return [_job(args, f"task_{random.getrandbits(31)}".encode()) for _ in range(n)]
 
     return make
+
+
+HANDLERS: dict[str, Callable] = {
+    "create": cmd_create,
+    "delete": cmd_delete,
+    "enqueue": cmd_enqueue,
+    "dequeue": cmd_dequeue,
+    "check_dequeue": cmd_check_dequeue,
+    "lookup": cmd_lookup,
+    "get_queue_names": cmd_queue_names,
+    "get_job_count": cmd_count,
+    "scan": cmd_scan,
+    "retry_failed": cmd_retry_failed,
+    "delete_jobs": cmd_delete_jobs,
+    "checkpoint": cmd_checkpoint,
+    "stats": cmd_stats,
+    "hash-password": cmd_hash_password,
+}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,25 +1,41 @@
-"""`pinlater stats`: the server's /health plus a per-queue, per-priority table of job counts.
+"""`pinlater stats`: the server's /health, a per-queue, per-priority table of job counts, and
+per-queue enqueue/dequeue/ack rates.
 
-Counts come from getJobCount over the Thrift port (exact up to the server's count cap), health
-from the metrics port's /health (`--metrics-port N` on the --host, or `--metrics-url URL`).
-Without either, the health part is skipped and `--priorities` (default 3) says how many
-priority levels to show. `--watch [SECONDS]` redraws until Ctrl-C (or `--iterations` times).
+Counts come from getJobCount over the Thrift port (exact up to the server's count cap). Health
+and rates come from the server's metrics endpoint: `--metrics-url URL`, else port
+`--metrics-port` (else $PINLATER_METRICS_PORT, the variable the server reads, else the server's
+default 9999) on the host the CLI talks to; `--metrics-port 0` skips it. Rates are the change of
+the `pinlater_jobs_enqueued_total`, `pinlater_jobs_dequeued_total` and `pinlater_acks_total`
+counters between two scrapes: successive frames with `--watch`, else two scrapes at least
+`--rate-window` seconds apart (the job counts are taken in between).
+
+`--watch [SECONDS]` redraws until Ctrl-C (or `--iterations` times) and keeps going when the
+server restarts or cannot be reached for a while (the frame says so).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from pinlater.cli import format as fmt
+from pinlater.common.serverset import server_source
+from worker_sdk.errors import PinLaterTransportError
 from worker_sdk.models import JobState
 
 COLUMNS = ("pending", "future", "in_progress", "succeeded", "failed")
+RATE_COLUMNS = ("enqueued", "dequeued", "acked_succeeded", "acked_failed")
+DEFAULT_METRICS_PORT = 9999
+METRICS_PORT_ENV = "PINLATER_METRICS_PORT"
 _CLEAR = "\x1b[H\x1b[2J"
 
 
@@ -31,7 +47,12 @@ def add_arguments(p) -> None:
         dest="queues",
         help="only this queue (repeatable; default: every queue)",
     )
-    p.add_argument("--metrics-port", type=int, help="server metrics port, for /health")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help=f"server metrics port for /health and rates (${METRICS_PORT_ENV}, else "
+        f"{DEFAULT_METRICS_PORT}; 0: none)",
+    )
     p.add_argument("--metrics-url", help="metrics base URL (default http://HOST:METRICS_PORT)")
     p.add_argument(
         "--priorities",
@@ -48,21 +69,105 @@ def add_arguments(p) -> None:
         help="refresh every SECONDS (2) until Ctrl-C",
     )
     p.add_argument("--iterations", type=int, default=None, help="with --watch: stop after N")
+    p.add_argument(
+        "--rate-window",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="without --watch: scrape /metrics twice this far apart for rates (1; 0: no rates)",
+    )
+
+
+def metrics_url(args, environ=os.environ) -> str | None:
+    """Base URL of the metrics endpoint of the server the CLI talks to (None: not wanted)."""
+    if args.metrics_url:
+        return args.metrics_url.rstrip("/")
+    port = args.metrics_port
+    if port is None:
+        text = environ.get(METRICS_PORT_ENV, "").strip()
+        port = int(text) if text.isdigit() else DEFAULT_METRICS_PORT
+    if port == 0:
+        return None
+    host = args.host
+    if args.servers:
+        host = server_source(args.servers).endpoints()[0][0]
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def _get(url: str, timeout: float) -> tuple[int, bytes]:
+    """(HTTP status, body) of a GET; 4xx/5xx answers are returned, not raised."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, exc.read()
 
 
 def fetch_health(url: str, timeout: float) -> tuple[int | None, dict[str, Any], str]:
     """(HTTP status or None, JSON body, error text)."""
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=timeout) as response:
-            return response.status, json.loads(response.read()), ""
-    except urllib.error.HTTPError as exc:
-        with exc:
-            try:
-                return exc.code, json.loads(exc.read()), ""
-            except ValueError:
-                return exc.code, {}, f"HTTP {exc.code}"
+        status, body = _get(url.rstrip("/") + "/health", timeout)
     except (OSError, ValueError) as exc:
-        return None, {}, str(getattr(exc, "reason", exc))
+        return None, {}, f"{url}/health: {getattr(exc, 'reason', exc)}"
+    try:
+        return status, json.loads(body), ""
+    except ValueError:
+        return status, {}, f"HTTP {status}"
+
+
+def fetch_counters(url: str, timeout: float) -> dict[tuple[str, str], float] | None:
+    """{(queue, column): counter value} from /metrics, or None when it cannot be read."""
+    try:
+        status, body = _get(url.rstrip("/") + "/metrics", timeout)
+    except (OSError, ValueError):
+        return None
+    if status != 200:
+        return None
+    return parse_counters(body.decode("utf-8", "replace"))
+
+
+def parse_counters(text: str) -> dict[tuple[str, str], float]:
+    """The job counters of a Prometheus text page, keyed by (queue, RATE_COLUMNS entry)."""
+    wanted = {
+        "pinlater_jobs_enqueued_total": lambda labels: "enqueued",
+        "pinlater_jobs_dequeued_total": lambda labels: "dequeued",
+        "pinlater_acks_total": lambda labels: f"acked_{labels.get('result', '')}",
+    }
+    counters: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            column = wanted.get(sample.name)
+            queue = sample.labels.get("queue")
+            if column is None or not queue:
+                continue
+            key = (queue, column(sample.labels))
+            counters[key] = counters.get(key, 0.0) + sample.value
+    return counters
+
+
+@dataclass
+class Sample:
+    """Counter values and when they were read (time.monotonic)."""
+
+    at: float
+    counters: dict[tuple[str, str], float] = field(default_factory=dict)
+
+
+def rates(before: Sample | None, after: Sample | None) -> dict[str, dict[str, float]] | None:
+    """Per-queue rates (per second) between two samples; None when either is missing. A
+    counter that went down (the server restarted) counts from zero, as Prometheus does."""
+    if before is None or after is None or after.at <= before.at:
+        return None
+    elapsed = after.at - before.at
+    out: dict[str, dict[str, float]] = {}
+    for (queue, column), value in after.counters.items():
+        previous = before.counters.get((queue, column), 0.0)
+        delta = value - previous if value >= previous else value
+        out.setdefault(queue, dict.fromkeys(RATE_COLUMNS, 0.0))[column] = round(delta / elapsed, 1)
+    return out
 
 
 def _count(client, queue: str, priority: int, state: JobState, future: bool) -> int:
@@ -93,32 +198,76 @@ def queue_counts(client, queue: str, priorities: int) -> list[dict[str, Any]]:
     return rows
 
 
-def snapshot(args, client) -> dict[str, Any]:
-    url = args.metrics_url or (
-        f"http://{args.host}:{args.metrics_port}" if args.metrics_port else None
-    )
-    status: int | None = None
-    health: dict[str, Any] = {}
-    error = "no --metrics-port or --metrics-url given"
-    if url:
-        status, health, error = fetch_health(url, args.timeout)
-    priorities = args.priorities or health.get("priorities") or 3
-    queues = args.queues or client.queue_names()
-    rows = [row for queue in sorted(queues) for row in queue_counts(client, queue, priorities)]
-    return {"health_status": status, "health": health, "health_error": error, "rows": rows}
+class Collector:
+    """Takes snapshots; remembers the last counter sample so each frame can show rates."""
+
+    def __init__(self, args, client, clock: Callable[[], float] = time.monotonic):
+        self.args, self.client, self.clock = args, client, clock
+        self.url = metrics_url(args)
+        self.last: Sample | None = None
+
+    def sample(self) -> Sample | None:
+        if self.url is None:
+            return None
+        counters = fetch_counters(self.url, self.args.timeout)
+        return None if counters is None else Sample(self.clock(), counters)
+
+    def snapshot(self, wait: Callable[[float], None] | None = None) -> dict[str, Any]:
+        """Health, counts and rates. With `wait` (one-shot mode) the counters are sampled
+        before and after the counts, at least --rate-window seconds apart."""
+        first = self.sample() if wait is not None and self.args.rate_window > 0 else self.last
+        status: int | None = None
+        health: dict[str, Any] = {}
+        error = "no metrics endpoint (--metrics-port 0)"
+        if self.url:
+            status, health, error = fetch_health(self.url, self.args.timeout)
+        priorities = self.args.priorities or health.get("priorities") or 3
+        queues = self.args.queues or self.client.queue_names()
+        rows = [
+            row for queue in sorted(queues) for row in queue_counts(self.client, queue, priorities)
+        ]
+        if wait is not None and first is not None:
+            wait(max(0.0, first.at + self.args.rate_window - self.clock()))
+        now = self.sample()
+        self.last = now
+        shown = rates(first, now)
+        if shown is not None:
+            shown = {q: shown.get(q, dict.fromkeys(RATE_COLUMNS, 0.0)) for q in sorted(queues)}
+        return {
+            "health_status": status,
+            "health": health,
+            "health_error": error,
+            "rows": rows,
+            "rates": shown,
+            "error": None,
+        }
 
 
-def render(data: dict[str, Any]) -> str:
+def render(data: dict[str, Any], watching: bool = False) -> str:
+    if data.get("error"):
+        return f"server not reachable: {data['error']} (still watching)"
     lines = [fmt.health_summary(data["health_status"], data["health"], data["health_error"])]
-    if data["rows"]:
+    if not data["rows"]:
+        lines.append("(no queues)")
+        return "\n".join(lines)
+    lines.append(
+        fmt.table(
+            ["QUEUE", "PRIORITY", "PENDING", "FUTURE", "IN PROGRESS", "SUCCEEDED", "FAILED"],
+            [[r["queue"], r["priority"]] + [r[c] for c in COLUMNS] for r in data["rows"]],
+        )
+    )
+    if data.get("rates") is None:
+        lines.append("rates: from the next frame on" if watching else "rates: - (no /metrics)")
+    else:
         lines.append(
             fmt.table(
-                ["QUEUE", "PRIORITY", "PENDING", "FUTURE", "IN PROGRESS", "SUCCEEDED", "FAILED"],
-                [[r["queue"], r["priority"]] + [r[c] for c in COLUMNS] for r in data["rows"]],
+                ["QUEUE", "ENQUEUED/S", "DEQUEUED/S", "ACKED OK/S", "ACKED FAILED/S"],
+                [
+                    [queue] + [float(values[c]) for c in RATE_COLUMNS]
+                    for queue, values in data["rates"].items()
+                ],
             )
         )
-    else:
-        lines.append("(no queues)")
     return "\n".join(lines)
 
 
@@ -130,18 +279,32 @@ def run(
 ) -> int:
     """Print once, or redraw every --watch seconds. Exit 1 when /health says unavailable."""
     with client_factory() as client:
+        collector = Collector(args, client)
+        if args.watch is None:
+            return _show(args, out, collector.snapshot(wait=sleep))
         done = 0
         while True:
-            data = snapshot(args, client)
-            text = fmt.dumps(data) if args.json else render(data)
-            if args.watch and not args.json and getattr(out, "isatty", lambda: False)():
-                text = _CLEAR + text
-            out.write(text + "\n")
-            out.flush()
+            try:
+                data = collector.snapshot()
+            except PinLaterTransportError as exc:
+                collector.last = None  # rates restart after the outage
+                data = {"error": exc.message}
+            code = _show(args, out, data)
             done += 1
-            if args.watch is None or (args.iterations and done >= args.iterations):
-                return 1 if data["health_status"] == 503 else 0
+            if args.iterations and done >= args.iterations:
+                return code
             try:
                 sleep(args.watch)
             except KeyboardInterrupt:
                 return 0
+
+
+def _show(args, out: TextIO, data: dict[str, Any]) -> int:
+    text = fmt.dumps(data) if args.json else render(data, watching=args.watch is not None)
+    if args.watch and not args.json and getattr(out, "isatty", lambda: False)():
+        text = _CLEAR + text
+    out.write(text + "\n")
+    out.flush()
+    if data.get("error"):
+        return 3
+    return 1 if data.get("health_status") == 503 else 0

@@ -60,8 +60,15 @@ def test_enqueue_dequeue_ack_lookup_round_trip(cli, queue):
     assert count(cli, queue, "succeeded") == 2
     found = as_json(cli("lookup", "-j", ids[0], "--json")[0])
     assert found["jobs"][0]["state"] == "SUCCEEDED" and found["jobs"][0]["body"] == "one"
-    text = cli("lookup", "-j", ids[0])[0]
-    assert text.splitlines()[0].split()[:2] == ["DESCRIPTOR", "STATE"] and ids[0] in text
+    claim = next(j["claim"] for j in data["jobs"] if j["descriptor"] == ids[0])
+    assert found["jobs"][0]["claim"] == claim
+    text = cli("lookup", ids[0], ids[1])[0]  # positional descriptors, one block each
+    first, second = text.split("\n\n")
+    lines = first.splitlines()
+    assert lines[0] == ids[0] and second.splitlines()[0] == ids[1]
+    fields = dict(line.strip().split(None, 1) for line in lines[1:] if "  " in line.strip())
+    assert fields["state"] == "SUCCEEDED" and fields["claim"] == claim
+    assert fields["attempts"] == "3 of 3 left" and fields["body"] == "one"
 
 
 def test_dequeue_without_ack_leaves_jobs_claimed(cli, queue):
@@ -230,3 +237,43 @@ def test_console_entry_point_reads_bodies_from_stdin(server, queue):
         timeout=60,
     )
     assert done.returncode == 1 and b"QUEUE_NOT_FOUND" in done.stderr
+
+
+def test_counts_say_what_they_counted(cli, queue):
+    cli("enqueue", "-q", queue, "-b", "a", "-b", "b")
+    cli("enqueue", "-q", queue, "-b", "later", "--run-after", "+1h", "--priority", "2")
+    assert cli("get_job_count", "-q", queue)[0] == "2 pending\n"
+    assert cli("get_job_count", "-q", queue, "--future")[0] == "1 pending (future)\n"
+    assert cli("get_job_count", "-q", queue, "--state", "2")[0] == "0 succeeded\n"
+    out = cli("get_job_count", "-q", queue, "--future", "--priority", "2")[0]
+    assert out == "1 pending (future) (priority 2)\n"
+    out = cli("dequeue", "-q", queue, "--limit", "5", "--ack", "success")[0]
+    assert out.splitlines()[-1] == "Acked 2 job(s) as success."
+
+
+def test_retry_failed_and_delete_jobs_cover_every_priority_by_default(cli, queue):
+    for priority in ("1", "2", "3"):
+        cli(
+            "enqueue",
+            "-q",
+            queue,
+            "-b",
+            "f",
+            "--count",
+            "2",
+            "--attempts",
+            "1",
+            "--priority",
+            priority,
+        )
+    cli("dequeue", "-q", queue, "--limit", "10", "--ack", "failure")
+    assert count(cli, queue, "failed") == 6
+    data = as_json(cli("retry_failed", "-q", queue, "--limit", "5", "--json")[0])
+    assert data == {"retried": 5, "by_priority": {"1": 2, "2": 2, "3": 1}}
+    assert cli("retry_failed", "-q", queue)[0] == "Retried 1 failed jobs\n"
+    assert count(cli, queue, "pending") == 6
+    assert cli("delete_jobs", "-q", queue, "--state", "pending", "--priority", "3")[0] == (
+        "Deleted 2 jobs\n"
+    )
+    assert cli("delete_jobs", "-q", queue, "--state", "PENDING")[0] == "Deleted 4 jobs\n"
+    assert count(cli, queue, "pending") == 0

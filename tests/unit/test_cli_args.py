@@ -10,8 +10,10 @@ import time
 import pytest
 
 from pinlater.cli import format as fmt
+from pinlater.cli import parser as parser_module
+from pinlater.cli import stats as cli_stats
 from pinlater.cli.load import Stats, format_report, percentile
-from pinlater.cli.main import EXIT_CONNECTION, EXIT_USAGE, main, parse_args
+from pinlater.cli.main import EXIT_CONNECTION, EXIT_USAGE, HANDLERS, main, parse_args
 from worker_sdk.models import DequeuedJob, JobInfo, JobState
 
 
@@ -69,6 +71,81 @@ def test_original_underscore_flags_and_hyphenated_aliases_are_accepted():
     assert (args.success_percent, args.piggyback, args.num_queries) == (30, True, 10)
     args = parse_args(["lookup", "--job_descriptor", "q:s1:p1:1", "-j", "q:s1:p1:2"])
     assert args.descriptors == ["q:s1:p1:1", "q:s1:p1:2"]
+
+
+def test_connection_options_are_shown_once_at_the_top_not_per_command():
+    _, top, _ = run("--help")
+    assert "--tls-ca" in top and "--servers" in top
+    _, scan_help, _ = run("scan", "--help")
+    assert "--tls-ca" not in scan_help and "--host" not in scan_help and "--json" in scan_help
+    assert parse_args(["scan", "-q", "q", "--tls-ca", "ca.pem"]).tls_ca == "ca.pem"  # old style
+
+
+def test_hash_password_takes_no_connection_options():
+    code, _, err = run("hash-password", "--port", "9011", "--password", "x")
+    assert code == EXIT_USAGE and "unrecognized arguments: --port 9011" in err
+    _, help_text, _ = run("hash-password", "--help")
+    assert "--host" not in help_text
+
+
+def test_every_subcommand_help_ends_with_examples_of_itself():
+    assert set(parser_module.EXAMPLES) == set(HANDLERS)
+    for name in HANDLERS:
+        code, text, _ = run(name, "--help")
+        examples = text.split("examples:\n", 1)[1]
+        assert code == 0 and f"pinlater {name}" in examples, name
+
+
+def test_servers_default_from_the_environment_unless_host_or_port_is_given(monkeypatch):
+    monkeypatch.setenv("PINLATER_SERVERS", "10.0.0.1:9011,10.0.0.2:9011")
+    assert parse_args(["get_queue_names"]).servers == "10.0.0.1:9011,10.0.0.2:9011"
+    assert parse_args(["--port", "9012", "get_queue_names"]).servers is None
+    assert parse_args(["get_queue_names", "--host", "h"]).servers is None
+    assert parse_args(["--servers", "a:1", "get_queue_names"]).servers == "a:1"
+
+
+def test_bulk_commands_default_to_every_priority():
+    for argv in (
+        ["get_job_count", "-q", "q"],
+        ["scan", "-q", "q"],
+        ["retry_failed", "-q", "q"],
+        ["delete_jobs", "-q", "q", "--state", "failed"],
+    ):
+        assert parse_args(argv).priority is None, argv
+    assert parse_args(["retry_failed", "-q", "q", "--priority", "2"]).priority == 2
+
+
+@pytest.mark.parametrize(
+    "flag,text,state",
+    [
+        ("--state", "failed", JobState.FAILED),
+        ("--job_state", "SUCCEEDED", JobState.SUCCEEDED),
+        ("--job-state", "In-Progress", JobState.IN_PROGRESS),
+        ("--state", "0", JobState.PENDING),
+    ],
+)
+def test_job_states_are_accepted_by_name_in_any_case_or_by_number(flag, text, state):
+    assert parse_args(["get_job_count", "-q", "q", flag, text]).state is state
+    assert parse_args(["delete_jobs", "-q", "q", flag, text]).state is state
+
+
+@pytest.mark.parametrize("text", ["done", "7", "-1"])
+def test_a_bad_job_state_lists_the_names(text):
+    code, _, err = run("scan", "-q", "q", "--state", text)
+    assert code == EXIT_USAGE
+    assert f"unknown job state {text!r}: use one of pending, in_progress, succeeded, failed" in err
+    assert "0=pending" in err and "invalid parse value" not in err
+
+
+def test_ack_outcomes_are_case_insensitive():
+    assert parse_args(["dequeue", "-q", "q", "--ack", "SUCCESS"]).ack == "success"
+
+
+def test_lookup_takes_descriptors_as_arguments_or_options():
+    args = parse_args(["lookup", "q:s1:p1:1", "-j", "q:s1:p1:2"])
+    assert args.descriptors + args.positional == ["q:s1:p1:2", "q:s1:p1:1"]
+    code, _, err = run("lookup")
+    assert code == EXIT_USAGE and "give job descriptors" in err
 
 
 @pytest.mark.parametrize(
@@ -270,3 +347,62 @@ def test_load_run_stops_at_the_duration_and_reports_worker_errors():
         "Queue not found: q"
     )
     assert len(err.getvalue().splitlines()) <= 5
+
+
+# ---- stats: where the metrics are, counters and rates ----
+
+
+@pytest.mark.parametrize(
+    "argv,env,url",
+    [
+        ([], {}, "http://127.0.0.1:9999"),
+        ([], {"PINLATER_METRICS_PORT": "9100"}, "http://127.0.0.1:9100"),
+        (["--metrics-port", "9200"], {"PINLATER_METRICS_PORT": "9100"}, "http://127.0.0.1:9200"),
+        (["--metrics-port", "0"], {}, None),
+        (["--metrics-url", "http://m:1/"], {}, "http://m:1"),
+    ],
+)
+def test_stats_finds_the_metrics_endpoint(argv, env, url):
+    args = parse_args(["--host", "127.0.0.1", "stats", *argv])
+    assert cli_stats.metrics_url(args, env) == url
+
+
+def test_stats_metrics_host_is_the_first_server():
+    args = parse_args(["--servers", "10.0.0.7:9010,10.0.0.8:9010", "stats"])
+    assert cli_stats.metrics_url(args, {}) == "http://10.0.0.7:9999"
+
+
+PAGE = """# TYPE pinlater_jobs_enqueued_total counter
+pinlater_jobs_enqueued_total{queue="a"} 100.0
+pinlater_jobs_enqueued_total{queue="b"} 7.0
+# TYPE pinlater_jobs_dequeued_total counter
+pinlater_jobs_dequeued_total{queue="a"} 40.0
+# TYPE pinlater_acks_total counter
+pinlater_acks_total{queue="a",result="succeeded"} 30.0
+pinlater_acks_total{queue="a",result="failed"} 5.0
+pinlater_acks_total{queue="",result="failed"} 9.0
+# TYPE pinlater_requests_total counter
+pinlater_requests_total{method="x",queue="a",outcome="ok"} 3.0
+"""
+
+
+def test_stats_reads_the_job_counters_and_turns_two_samples_into_rates():
+    counters = cli_stats.parse_counters(PAGE)
+    assert counters == {
+        ("a", "enqueued"): 100.0,
+        ("b", "enqueued"): 7.0,
+        ("a", "dequeued"): 40.0,
+        ("a", "acked_succeeded"): 30.0,
+        ("a", "acked_failed"): 5.0,
+    }
+    before = cli_stats.Sample(10.0, counters)
+    after = cli_stats.Sample(12.0, {**counters, ("a", "enqueued"): 160.0, ("b", "enqueued"): 3.0})
+    rates = cli_stats.rates(before, after)
+    assert rates["a"] == {
+        "enqueued": 30.0,
+        "dequeued": 0.0,
+        "acked_succeeded": 0.0,
+        "acked_failed": 0.0,
+    }
+    assert rates["b"]["enqueued"] == 1.5  # the counter went down: the server restarted
+    assert cli_stats.rates(None, after) is None and cli_stats.rates(after, before) is None
