@@ -1,20 +1,21 @@
 """Worker: dequeue jobs, run a handler on each in a thread pool, ack the outcome.
 
-Adopting it takes ten lines:
-
-    from worker_sdk import FailJob, PinLaterClient, RetryJob, Worker
+Adopting it takes a few lines (the README's "Writing a worker" has a complete, tested one):
 
     def send_email(job):                        # job: worker_sdk.JobContext
-        address, _, text = job.body.decode().partition("\\n")
-        if not address:
+        address = job.body.decode()
+        if "@" not in address:
             raise FailJob("no address")         # FAILED now, no retries
-        if not mailer.send(address, text):
+        if not mailer.send(address):
             raise RetryJob(delay=30)            # failure ack, next attempt in 30 s
 
     client = PinLaterClient(["127.0.0.1:9010"], service="email-worker")
     Worker(client, "emails", send_email, concurrency=8).run()   # until SIGTERM / Ctrl-C
 
 What it guarantees, and how:
+* **The queue must exist.** run() checks once at start and raises QueueNotFound when it does
+  not, or, with `wait_for_queue=True`, logs that it waits and polls until the queue is created
+  (or stop() is called). Until the server answers that check, it is retried like any call.
 * **Never more jobs than slots.** Each dequeue asks for exactly the number of free handler
   slots (at most `max_batch`), so a claimed job never waits in a local buffer while its claim
   ages.
@@ -29,10 +30,13 @@ What it guarantees, and how:
 * **Backoff with jitter** when the queue is empty (`idle_backoff`), the server refuses the
   dequeue (DEQUEUE_RATE_LIMITED; its piggy-backed acks were applied) or cannot be reached
   (`error_backoff`); the client's failover picks another server if it has several. Backoff
-  resets on the first dequeue that returns jobs.
+  resets on the first dequeue that returns jobs. A failed call is logged once per retry, with
+  the number of consecutive failures, and the first success after them says so at INFO.
 * **Outcome -> ack**: see worker_sdk.job (return = success; RetryJob / any exception = failure
   with a delay from the RetryPolicy; FailJob = FAILED now). The exception type and message go
-  into the custom status, truncated to `status_max_chars`.
+  into the custom status, truncated to `status_max_chars`. Logged: success at DEBUG, FailJob
+  and RetryJob at INFO, any other exception at WARNING, each with the attempt number and what
+  happens next (retry delay, or FAILED).
 * **Heartbeats**: with `heartbeat=SECONDS` one batched, claim-fenced checkpoint per interval
   extends the claim of every running job, so jobs longer than the server's claim timeout are
   not handed to a second worker. Pick an interval well under the claim timeout.
@@ -108,6 +112,27 @@ class _Backoff:
         self.streak = 0
 
 
+def _log_failure(job: JobContext, exc: BaseException, delay: float) -> None:
+    """One line per failed attempt: FailJob / RetryJob (the handler's decision) at INFO, any
+    other exception at WARNING (with the traceback at DEBUG level)."""
+    if isinstance(exc, FailJob) or job.is_last_attempt:
+        then = "FAILED now" if isinstance(exc, FailJob) else "no attempts left: FAILED"
+    else:
+        then = f"next attempt in {delay:.3g}s"
+    what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    expected = isinstance(exc, (FailJob, RetryJob))
+    log.log(
+        logging.INFO if expected else logging.WARNING,
+        "job %s attempt %d %s: %s; %s",
+        job.descriptor,
+        job.attempt,
+        "gave up" if isinstance(exc, FailJob) else "failed",
+        what,
+        then,
+        exc_info=not expected and log.isEnabledFor(logging.DEBUG),
+    )
+
+
 class Worker:
     """Runs `handler` on the jobs of one queue; see the module docstring. Thread-safe."""
 
@@ -127,6 +152,8 @@ class Worker:
         shutdown_timeout: float = 30.0,
         ack_flush_timeout: float = 10.0,
         status_max_chars: int = 1000,
+        wait_for_queue: bool = False,
+        queue_poll_interval: float = 2.0,
     ):
         if concurrency < 1 or max_batch < 1 or status_max_chars < 20:
             raise ValueError("need concurrency >= 1, max_batch >= 1, status_max_chars >= 20")
@@ -138,6 +165,7 @@ class Worker:
         self.heartbeat, self.ack_delay = heartbeat, ack_delay
         self.shutdown_timeout, self.ack_flush_timeout = shutdown_timeout, ack_flush_timeout
         self.status_max_chars = status_max_chars
+        self.wait_for_queue, self.queue_poll_interval = wait_for_queue, queue_poll_interval
         self._idle, self._errors = _Backoff(*idle_backoff), _Backoff(*error_backoff)
         self._cond = threading.Condition(threading.RLock())  # RLock: signal handlers re-enter
         self._stopping = threading.Event()
@@ -156,8 +184,19 @@ class Worker:
 
     def run(self, *, handle_signals: bool = True) -> bool:
         """Work until stop() (or a signal); returns True if every dequeued job was acked or
-        rescheduled, False if some were left for the claim timeout."""
+        rescheduled, False if some were left for the claim timeout. Raises QueueNotFound at
+        start when the queue does not exist (unless `wait_for_queue`)."""
         previous = self._install_signals() if handle_signals else {}
+        try:
+            if not self._await_queue():
+                return True  # stopped before it started
+            return self._run_threads()
+        finally:
+            self._done.set()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _run_threads(self) -> bool:
         threads = [
             threading.Thread(target=self._work, daemon=True, name=f"pinlater-worker-{i}")
             for i in range(self.concurrency)
@@ -178,8 +217,40 @@ class Worker:
             self._done.set()
             for _ in range(self.concurrency):
                 self._tasks.put(None)
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+
+    def _await_queue(self) -> bool:
+        """True once the queue exists; False when stop() came first. Raises QueueNotFound
+        unless `wait_for_queue`. Server errors are logged and retried with backoff."""
+        waiting = False
+        while not self._stopping.is_set():
+            try:
+                exists = self.queue in self.client.queue_names()
+            except PinLaterError as exc:
+                self._pause(self._call_failed("queue check", exc))
+                continue
+            self._call_succeeded("queue check")
+            if exists:
+                if waiting:
+                    log.info("queue %s exists now: starting", self.queue)
+                return True
+            if not self.wait_for_queue:
+                raise QueueNotFound(self.queue)
+            if not waiting:
+                log.warning(
+                    "queue %s does not exist yet: waiting for it to be created "
+                    "(checking every %.3gs)",
+                    self.queue,
+                    self.queue_poll_interval,
+                )
+                waiting = True
+            self._pause(self.queue_poll_interval)
+        return False
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep up to `seconds`; stop() ends it early."""
+        with self._cond:
+            if not self._stopping.is_set():
+                self._cond.wait(seconds)
 
     def start(self) -> threading.Thread:
         """run() on a new thread (no signal handling); stop() and join it when done."""
@@ -262,7 +333,7 @@ class Worker:
             self._rpc_failed("dequeue", exc, acks)
             return
         self._acks_delivered(acks)
-        self._errors.reset()
+        self._call_succeeded("dequeue")
         if jobs:
             self._idle.reset()
             self._submit(jobs)
@@ -277,8 +348,31 @@ class Worker:
             return
         self._acks_delivered(acks)
 
-    def _rpc_failed(self, what: str, exc: PinLaterError, acks: tuple[list, list]) -> None:
+    def _call_failed(self, what: str, exc: PinLaterError) -> float:
+        """Log one failed call with the count of consecutive failures; returns the backoff."""
         delay = self._errors.next()
+        log.warning(
+            "%s on queue %s failed (%d in a row): %s; retrying in %.2fs",
+            what,
+            self.queue,
+            self._errors.streak,
+            exc,
+            delay,
+        )
+        return delay
+
+    def _call_succeeded(self, what: str) -> None:
+        if self._errors.streak:
+            log.info(
+                "%s on queue %s works again after %d failed calls",
+                what,
+                self.queue,
+                self._errors.streak,
+            )
+        self._errors.reset()
+
+    def _rpc_failed(self, what: str, exc: PinLaterError, acks: tuple[list, list]) -> None:
+        delay = self._call_failed(what, exc)
         with self._cond:
             self._stats.rpc_errors += 1
             self._next_dequeue = max(self._next_dequeue, time.monotonic() + delay)
@@ -293,7 +387,6 @@ class Worker:
             else:
                 self._restore_acks(acks)
                 self._ack_retry_at = time.monotonic() + delay
-        log.warning("%s on queue %s failed (%s); retrying in %.2fs", what, self.queue, exc, delay)
 
     def _schedule_dequeue(self, delay: float) -> None:
         with self._cond:
@@ -374,6 +467,7 @@ class Worker:
             return self._failure(job, exc), False
         if job.released:
             return None, True
+        log.debug("job %s succeeded (attempt %d)", job.descriptor, job.attempt)
         status = result if isinstance(result, str) else ""
         return AckInfo(job.descriptor, claim=job.claim, append_status=self._truncate(status)), True
 
@@ -385,15 +479,7 @@ class Worker:
             delay = exc.delay
         else:
             delay = self._policy_delay(job, exc)
-        if not isinstance(exc, (RetryJob, FailJob)):
-            log.warning(
-                "job %s failed (attempt %d): %s: %s",
-                job.descriptor,
-                job.attempt,
-                type(exc).__name__,
-                exc,
-                exc_info=log.isEnabledFor(logging.DEBUG),
-            )
+        _log_failure(job, exc, delay)
         status = self._truncate(f"attempt {job.attempt}: {type(exc).__name__}: {exc}; ")
         return AckInfo(
             job.descriptor,

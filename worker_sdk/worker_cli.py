@@ -4,13 +4,16 @@
         --servers 127.0.0.1:9010,127.0.0.1:9011 --retry exponential:base=1s,max=5m
 
 The handler is `module:function` (the current directory is importable, as with gunicorn).
-Logs go to stderr; on a terminal a one-line status (jobs/s, successes, failures, in flight) is
-redrawn every second, and a summary is logged at exit. SIGTERM / Ctrl-C stops gracefully
-(see worker_sdk.worker); a second one exits at once.
+Logs go to stderr, as text or (`--log-format json`) one JSON object per line: each job outcome
+(FailJob / RetryJob at INFO, other exceptions at WARNING, successes at DEBUG) and a summary at
+exit; on a terminal a one-line status (jobs/s, successes, failures, in flight) is redrawn every
+second. The queue must exist: without `--wait-for-queue` a missing queue is reported at start
+(exit 3); with it the worker logs that it waits and starts once the queue is created. SIGTERM /
+Ctrl-C stops gracefully (see worker_sdk.worker); a second one exits at once.
 
 Exit codes: 0 stopped cleanly, 1 some jobs were left for the claim timeout (handlers past the
 shutdown deadline, or acks that could not be sent), 2 usage error (bad option, handler not
-importable), 128+N killed by a second signal N.
+importable), 3 the queue does not exist, 128+N killed by a second signal N.
 """
 
 from __future__ import annotations
@@ -24,12 +27,16 @@ import threading
 import time
 from typing import TextIO
 
+from pinlater.common.logs import FORMATS, configure_logging, parse_level
 from worker_sdk.client import PinLaterClient
+from worker_sdk.errors import QueueNotFound
 from worker_sdk.retry import parse_duration, parse_retry
 from worker_sdk.worker import Worker
 
-EXIT_OK, EXIT_ABANDONED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_ABANDONED, EXIT_USAGE, EXIT_NO_QUEUE = 0, 1, 2, 3
 SERVICE = "pinlaterworker"
+SERVERS_ENV = "PINLATER_SERVERS"
+log = logging.getLogger("worker_sdk.worker_cli")
 
 
 class UsageError(Exception):
@@ -45,8 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", "-c", type=int, default=4, help="handler threads (4)")
     p.add_argument(
         "--servers",
-        default="127.0.0.1:9010",
-        help="comma-separated host:port list or a ServerSet file (127.0.0.1:9010)",
+        default=os.environ.get(SERVERS_ENV) or "127.0.0.1:9010",
+        help=f"comma-separated host:port list or a ServerSet file (${SERVERS_ENV}, else "
+        "127.0.0.1:9010)",
+    )
+    p.add_argument(
+        "--wait-for-queue",
+        action="store_true",
+        help="if the queue does not exist yet, wait for it (logged) instead of exiting with 3",
     )
     p.add_argument(
         "--retry",
@@ -71,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", help=f"RequestContext source ({SERVICE}:HOSTNAME)")
     p.add_argument("--timeout", type=_duration, default=10.0, help="per-call timeout (10s)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (INFO)")
+    p.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default="text",
+        help="text, or json: one JSON object per line for log shippers (text)",
+    )
     p.add_argument(
         "--status",
         action=argparse.BooleanOptionalAction,
@@ -183,18 +202,23 @@ def main(argv: list[str] | None = None, err: TextIO | None = None) -> int:
 
 
 def run(args: argparse.Namespace, err: TextIO) -> int:
-    level = logging.getLevelName(args.log_level.upper())
-    if not isinstance(level, int):
-        raise UsageError(f"unknown --log-level {args.log_level!r}")
+    try:
+        parse_level(args.log_level)
+    except ValueError:
+        raise UsageError(f"unknown --log-level {args.log_level!r}") from None
     if args.concurrency < 1 or args.max_batch < 1:
         raise UsageError("--concurrency and --max-batch must be >= 1")
     handler = load_handler(args.handler)
     retry = parse_retry(args.retry)
     log_handler = _StatusAwareHandler(err)
-    log_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.addHandler(log_handler)
-    root.setLevel(level)
+    configure_logging(args.log_level, args.log_format, handler=log_handler)
+    try:
+        return _work(args, err, handler, retry, log_handler)
+    finally:
+        logging.getLogger().removeHandler(log_handler)
+
+
+def _work(args, err: TextIO, handler, retry, log_handler: _StatusAwareHandler) -> int:
     client = PinLaterClient(
         args.servers, source=args.source, service=SERVICE, timeout=args.timeout, pool_size=2
     )
@@ -207,6 +231,7 @@ def run(args: argparse.Namespace, err: TextIO) -> int:
         heartbeat=args.heartbeat,
         shutdown_timeout=args.shutdown_timeout,
         max_batch=args.max_batch,
+        wait_for_queue=args.wait_for_queue,
     )
     show_status = args.status if args.status is not None else err.isatty()
     status = StatusLine(err, worker) if show_status else None
@@ -215,12 +240,19 @@ def run(args: argparse.Namespace, err: TextIO) -> int:
         status.start()
     try:
         clean = worker.run()
+    except QueueNotFound:
+        log.error(
+            "queue %s does not exist: create it (pinlater create --queue %s), or start with "
+            "--wait-for-queue to wait until it is created",
+            args.queue,
+            args.queue,
+        )
+        return EXIT_NO_QUEUE
     finally:
         if status:
             status.stop()
             log_handler.status = None
         client.close()
-        root.removeHandler(log_handler)
     return EXIT_OK if clean else EXIT_ABANDONED
 
 

@@ -95,3 +95,14 @@ def test_log_records_print_above_the_status_line():
     handler.status = status
     handler.emit(logging.LogRecord("x", logging.INFO, "", 0, "hello", None, None))
     assert stream.getvalue() == "\r\x1b[K5.0 jobs/s\r\x1b[Khello\n5.0 jobs/s"
+
+
+def test_log_format_wait_for_queue_and_servers_from_the_environment(monkeypatch):
+    args = build_parser().parse_args(["-q", "q", "--handler", "m:f"])
+    assert (args.log_format, args.wait_for_queue) == ("text", False)
+    args = build_parser().parse_args(
+        ["-q", "q", "--handler", "m:f", "--log-format", "json", "--wait-for-queue"]
+    )
+    assert (args.log_format, args.wait_for_queue) == ("json", True)
+    monkeypatch.setenv("PINLATER_SERVERS", "10.0.0.1:9010")
+    assert build_parser().parse_args(["-q", "q", "--handler", "m:f"]).servers == "10.0.0.1:9010"

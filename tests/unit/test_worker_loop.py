@@ -19,8 +19,9 @@ class ScriptedClient:
     """dequeue hands out `jobs` in order; `errors[method]` holds what the next calls of that
     method raise (None: nothing). Every call is recorded as (time, method, *args, error)."""
 
-    def __init__(self, jobs=()):
+    def __init__(self, jobs=(), queues=("q",)):
         self.pending = collections.deque(jobs)
+        self.queues = set(queues)
         self.errors: dict[str, collections.deque] = collections.defaultdict(collections.deque)
         self.calls: list[tuple] = []
         self.lock = threading.Lock()
@@ -31,6 +32,11 @@ class ScriptedClient:
             self.calls.append((time.monotonic(), *call, error))
         if error is not None:
             raise error
+
+    def queue_names(self):
+        self._record("queue_names")
+        with self.lock:
+            return sorted(self.queues)
 
     def dequeue(self, queue, limit, acks=None):
         self._record("dequeue", limit, acks)
@@ -255,3 +261,101 @@ def test_run_reports_unsent_acks_as_not_clean():
 def test_invalid_options_are_rejected(bad):
     with pytest.raises(ValueError):
         Worker(ScriptedClient(), "q", lambda job: None, **bad)
+
+
+def test_a_missing_queue_is_reported_at_start():
+    client = ScriptedClient(jobs(1), queues=("other",))
+    worker = fast(client, lambda job: None)
+    with pytest.raises(QueueNotFound):
+        worker.run(handle_signals=False)
+    assert client.of("dequeue") == []
+
+
+def test_wait_for_queue_logs_once_and_starts_when_the_queue_appears(caplog):
+    client = ScriptedClient(jobs(1), queues=())
+    worker = fast(client, lambda job: None, wait_for_queue=True, queue_poll_interval=0.05)
+    with caplog.at_level(logging.INFO, logger="worker_sdk.worker"):
+        thread = worker.start()
+        wait_for(lambda: len(client.of("queue_names")) >= 3, 5)
+        assert client.of("dequeue") == []
+        client.queues.add("q")
+        wait_for(lambda: worker.stats().acks_sent == 1, 5)
+        worker.stop()
+        thread.join(10)
+    messages = [r.getMessage() for r in caplog.records]
+    waiting = [m for m in messages if "does not exist yet" in m]
+    assert waiting == [
+        "queue q does not exist yet: waiting for it to be created (checking every 0.05s)"
+    ]
+    assert "queue q exists now: starting" in messages
+
+
+def test_stop_ends_the_wait_for_a_queue():
+    client = ScriptedClient(queues=())
+    worker = fast(client, lambda job: None, wait_for_queue=True, queue_poll_interval=30)
+    thread = worker.start()
+    wait_for(lambda: client.of("queue_names"), 5)
+    started = time.monotonic()
+    worker.stop()
+    thread.join(5)
+    assert not thread.is_alive() and time.monotonic() - started < 2
+
+
+def test_failed_calls_are_logged_once_each_with_the_count_and_the_recovery(caplog):
+    client = ScriptedClient(jobs(1))
+    client.errors["queue_names"].append(PinLaterTransportError("cannot connect"))
+    client.errors["dequeue"].extend([PinLaterTransportError("reset")] * 2)
+    worker = fast(client, lambda job: None)
+    with caplog.at_level(logging.INFO, logger="worker_sdk.worker"):
+        run_until(worker, lambda: worker.stats().acks_sent == 1)
+    messages = [r.getMessage() for r in caplog.records]
+    failures = [m for m in messages if " failed (" in m]
+    assert [m.split(";")[0] for m in failures] == [
+        "queue check on queue q failed (1 in a row): TRANSPORT_ERROR: cannot connect",
+        "dequeue on queue q failed (1 in a row): TRANSPORT_ERROR: reset",
+        "dequeue on queue q failed (2 in a row): TRANSPORT_ERROR: reset",
+    ]
+    assert "queue check on queue q works again after 1 failed calls" in messages
+    assert "dequeue on queue q works again after 2 failed calls" in messages
+
+
+def test_each_outcome_is_logged_once_at_its_level(caplog):
+    client = ScriptedClient(
+        [
+            DequeuedJob("q:s1:p1:1", b"ok", 2, 2, "c1"),
+            DequeuedJob("q:s1:p1:2", b"fail", 2, 2, "c2"),
+            DequeuedJob("q:s1:p1:3", b"retry", 2, 2, "c3"),
+            DequeuedJob("q:s1:p1:4", b"retry", 2, 1, "c4"),
+            DequeuedJob("q:s1:p1:5", b"boom", 3, 3, "c5"),
+        ]
+    )
+
+    def handler(job):
+        if job.body == b"fail":
+            raise FailJob("no address")
+        if job.body == b"retry":
+            raise RetryJob("later", delay=30)
+        if job.body == b"boom":
+            raise KeyError("x")
+
+    worker = fast(client, handler, retry=5, concurrency=5)
+    with caplog.at_level(logging.DEBUG, logger="worker_sdk.worker"):
+        run_until(worker, lambda: worker.stats().acks_sent == 5)
+    by_job = {}
+    for record in caplog.records:
+        words = record.getMessage().split()
+        if words[0] == "job":
+            by_job.setdefault(words[1], []).append((record.levelname, record.getMessage()))
+    assert by_job == {
+        "q:s1:p1:1": [("DEBUG", "job q:s1:p1:1 succeeded (attempt 1)")],
+        "q:s1:p1:2": [("INFO", "job q:s1:p1:2 attempt 1 gave up: FailJob: no address; FAILED now")],
+        "q:s1:p1:3": [
+            ("INFO", "job q:s1:p1:3 attempt 1 failed: RetryJob: later; next attempt in 30s")
+        ],
+        "q:s1:p1:4": [
+            ("INFO", "job q:s1:p1:4 attempt 2 failed: RetryJob: later; no attempts left: FAILED")
+        ],
+        "q:s1:p1:5": [
+            ("WARNING", "job q:s1:p1:5 attempt 1 failed: KeyError: 'x'; next attempt in 5s")
+        ],
+    }
