@@ -3,7 +3,9 @@
 Every table row of the page whose first cell is an id (`T-ack-success`) is a rule. Conformance
 tests name the rows they pin with `@pytest.mark.rule(...)`; this test reads those markers from
 the test modules' source (ast, so no backend has to run) and fails when a row has no test, a
-test names no row or an unknown one, or the README's short table disagrees with the page.
+test names no row or an unknown one, or the README's short table disagrees with the page. The
+shard kit's checks (pinlater/storage/shard_kit) name rows too (`rule=`): only existing ones, and
+not every row, since rows are wire-level.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+
+from pinlater.storage.shard_kit import CHECKS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "semantics.md"
@@ -132,6 +136,17 @@ def test_every_row_of_the_page_is_pinned_by_a_conformance_test():
     named = {rule_id for ids in conformance_tests().values() for rule_id in ids}
     untested = sorted(set(docs_rows()) - named)
     assert not untested, f"docs/semantics.md rows no conformance test names: {untested}"
+
+
+def test_shard_kit_checks_name_only_rows_of_the_page():
+    rows = docs_rows()
+    unknown = {
+        name: sorted(set(check.rules) - set(rows))
+        for name, check in CHECKS.items()
+        if set(check.rules) - set(rows)
+    }
+    assert not unknown, f"shard kit checks name rows docs/semantics.md does not have: {unknown}"
+    assert any(check.rules for check in CHECKS.values()), "no shard kit check names a row"
 
 
 def test_readme_table_mirrors_the_page():

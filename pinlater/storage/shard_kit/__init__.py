@@ -16,8 +16,10 @@ form of those rules at the shard seam. Each rule is one named check, in a module
     unknown_queues  QueueNotFound from every primitive
     races           concurrent dequeuers, enqueuers, acks against the reclaimer
 
-`registry` holds the checks, `kit` what they work with (`Kit`, `Storage`, the shared
-constants and claim helpers).
+A check that pins a docs/semantics.md row names it (`@check(rule="T-ack-success")`), so a
+row's id leads to its shard-level checks as well as to its conformance tests; checks of rules
+the page does not state (shard isolation, say) name none. `registry` holds the checks,
+`kit` what they work with (`Kit`, `Storage`, the shared constants and claim helpers).
 
 `exercise` turns the checks into one pytest test parametrized by check name, as River's
 `riverdrivertest.Exercise` runs one suite over every database driver. (The wire-level
@@ -35,9 +37,10 @@ tests:
 
     test_shard_contract = exercise(sqlite_storage, Capabilities())
 
-pytest then shows one test id per check (`test_shard_contract[ack-stale-claim-is-a-noop]`).
-A fourth backend adds itself the same way: one storage factory (fresh storage per check: a temp
-dir, or shard names no other check uses on a shared server) and one `exercise` call.
+pytest then shows one test id per check (`test_shard_contract[ack-stale-claim-is-a-noop]`),
+marked `rule(...)` with the rows it pins. A fourth backend adds itself the same way: one
+storage factory (fresh storage per check: a temp dir, or shard names no other check uses on a
+shared server) and one `exercise` call.
 
 Time: every backend honours `Shard.clock_offset_ms`, so checks move time only through it and
 assert times within a window of `now_ms()` reads taken around the call (exact when the clock
@@ -129,7 +132,8 @@ def exercise(open_storage: Callable[..., Any], capabilities: Capabilities):
     fixtures = list(inspect.signature(open_storage).parameters.values())
     check_param = inspect.Parameter("check", inspect.Parameter.POSITIONAL_OR_KEYWORD)
     test_shard_contract.__signature__ = inspect.Signature([check_param, *fixtures])  # type: ignore[attr-defined]
-    selected = checks_for(capabilities)
-    return pytest.mark.parametrize("check", selected, ids=[c.name for c in selected])(
-        test_shard_contract
-    )
+    params = [
+        pytest.param(c, id=c.name, marks=[pytest.mark.rule(*c.rules)] if c.rules else [])
+        for c in checks_for(capabilities)
+    ]
+    return pytest.mark.parametrize("check", params)(test_shard_contract)

@@ -25,7 +25,7 @@ from pinlater.storage.shard_kit.registry import check
 # ---------------------------------------------------------------- ack
 
 
-@check
+@check(rule=("T-ack-success", "T-no-op", "C-claim-fences", "C-source-match"))
 def ack_success_needs_in_progress_and_a_matching_claim(kit: Kit) -> None:
     kit.enqueue(b"a", b"b", b"c", b"pending")
     jobs = kit.dequeue(3)
@@ -44,7 +44,7 @@ def ack_success_needs_in_progress_and_a_matching_claim(kit: Kit) -> None:
     assert kit.record(1).custom_status == "ok"
 
 
-@check
+@check(rule=("T-no-op", "C-claim-fences"))
 def ack_stale_claim_is_a_noop(kit: Kit) -> None:
     (local_id,) = kit.enqueue(b"x")
     assert kit.ack([Ack(1, local_id, by_source())]) == 0  # PENDING: nothing to ack
@@ -62,7 +62,7 @@ def ack_stale_claim_is_a_noop(kit: Kit) -> None:
     assert record.state == SUCCEEDED and record.claim == job.claim
 
 
-@check
+@check(rule=("T-ack-failure-retry", "T-ack-failure-final"))
 def ack_failure_retries_after_the_delay_then_fails_for_good(kit: Kit) -> None:
     kit.enqueue(b"a", attempts_allowed=2, custom_status="s")
     kit.dequeue()
@@ -93,7 +93,7 @@ def ack_failure_retries_after_the_delay_then_fails_for_good(kit: Kit) -> None:
     assert kit.dequeue() == []
 
 
-@check
+@check(rule="T-ack-failure-retry")
 def ack_failure_with_a_negative_delay_is_due_now(kit: Kit) -> None:
     kit.enqueue(b"a", attempts_allowed=3)
     kit.dequeue()
@@ -103,7 +103,7 @@ def ack_failure_with_a_negative_delay_is_due_now(kit: Kit) -> None:
     assert [(j.local_id, j.attempts_remaining) for j in kit.dequeue()] == [(1, 2)]
 
 
-@check
+@check(rule=("T-ack-success", "T-no-op"))
 def ack_batches_apply_per_job_guards_across_priorities(kit: Kit) -> None:
     ids = kit.enqueue(b"a", b"b", b"c")
     kit.enqueue(b"p2", priority=2)
@@ -121,7 +121,7 @@ def ack_batches_apply_per_job_guards_across_priorities(kit: Kit) -> None:
 # ---------------------------------------------------------------- fencing
 
 
-@check
+@check(rule="C-source-match")
 def fencing_a_claimless_ack_matches_the_source_exactly(kit: Kit) -> None:
     kit.enqueue(b"x")
     (job,) = kit.dequeue(source="worker:host1")
@@ -131,7 +131,7 @@ def fencing_a_claimless_ack_matches_the_source_exactly(kit: Kit) -> None:
     assert kit.ack(failed=[Ack(1, job.local_id, by_source("worker:host1"))]) == 1
 
 
-@check
+@check(rule="C-claim-fences")
 def fencing_a_stale_worker_cannot_touch_a_reclaimed_and_redequeued_job(kit: Kit) -> None:
     kit.enqueue(b"x", attempts_allowed=3)
     (first,) = kit.dequeue()
@@ -149,7 +149,7 @@ def fencing_a_stale_worker_cannot_touch_a_reclaimed_and_redequeued_job(kit: Kit)
 # ---------------------------------------------------------------- ack_and_dequeue
 
 
-@check
+@check(rule="D-acks-first")
 def ack_and_dequeue_applies_the_acks_first(kit: Kit) -> None:
     a, b, c = kit.enqueue(b"a", b"b", b"c", attempts_allowed=3)
     ok_job, bad_job = kit.dequeue(2)
@@ -166,7 +166,7 @@ def ack_and_dequeue_applies_the_acks_first(kit: Kit) -> None:
     assert {a, b} == {ok.local_id, bad.local_id}
 
 
-@check
+@check(rule="D-acks-first")
 def ack_and_dequeue_respects_the_retry_delay(kit: Kit) -> None:
     kit.enqueue(b"a", attempts_allowed=3)
     (job,) = kit.dequeue()
@@ -176,7 +176,7 @@ def ack_and_dequeue_respects_the_retry_delay(kit: Kit) -> None:
     assert kit.count(future=True) == 1
 
 
-@check
+@check(rule="E-queue-not-found")
 def ack_and_dequeue_on_an_unknown_queue_changes_nothing(kit: Kit) -> None:
     (local_id,) = kit.enqueue(b"x")
     (job,) = kit.dequeue()

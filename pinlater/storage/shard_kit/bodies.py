@@ -10,7 +10,7 @@ from pinlater.storage.shard_kit.kit import QUEUE, Kit, by_source, held
 from pinlater.storage.shard_kit.registry import check
 
 
-@check
+@check(rule="B-body-bytes")
 def body_bytes_come_back_identical(kit: Kit) -> None:
     bodies = [
         b"",
@@ -25,7 +25,7 @@ def body_bytes_come_back_identical(kit: Kit) -> None:
     assert [j.body for j in kit.dequeue()] == bodies
 
 
-@check
+@check(rule="B-body-cap")
 def body_at_the_size_cap_round_trips(kit: Kit) -> None:
     body = bytes(range(256)) * (StorageLimits().body_cap // 256)
     assert len(body) == StorageLimits().body_cap
@@ -47,7 +47,7 @@ def body_and_status_text_are_data_never_code(kit: Kit) -> None:
     assert kit.shard.queue_names() == {QUEUE}
 
 
-@check
+@check(rule="B-status-cap")
 def status_ack_appends_keeping_the_newest_characters(kit: Kit) -> None:
     kit.enqueue(b"a", custom_status="0123456789")
     kit.dequeue()
@@ -55,7 +55,7 @@ def status_ack_appends_keeping_the_newest_characters(kit: Kit) -> None:
     assert kit.record(1).custom_status == "56789abcdefghijklmno"
 
 
-@check
+@check(rule="B-status-cap")
 def status_checkpoint_prepends_keeping_the_newest_characters(kit: Kit) -> None:
     kit.enqueue(b"a", custom_status="0123456789")
     kit.dequeue()
@@ -63,7 +63,7 @@ def status_checkpoint_prepends_keeping_the_newest_characters(kit: Kit) -> None:
     assert kit.record(1).custom_status == "abcdefghijklmno01234"
 
 
-@check
+@check(rule="B-status-cap")
 def status_cap_counts_characters_not_bytes(kit: Kit) -> None:
     (local_id,) = kit.enqueue(b"x", custom_status="é" * 30)
     assert kit.record(local_id).custom_status == "é" * 20

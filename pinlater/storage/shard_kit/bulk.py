@@ -10,7 +10,7 @@ from pinlater.storage.shard_kit.registry import check
 # ---------------------------------------------------------------- retry_failed
 
 
-@check
+@check(rule="T-retry-failed")
 def retry_failed_moves_the_oldest_failed_jobs_back_to_pending(kit: Kit) -> None:
     now = kit.shard.now_ms()
     for offset in (-10, -30, -20):  # oldest run_after: job 2, then 3, then 1
@@ -31,7 +31,7 @@ def retry_failed_moves_the_oldest_failed_jobs_back_to_pending(kit: Kit) -> None:
 # ---------------------------------------------------------------- delete_jobs
 
 
-@check
+@check(rule="T-delete-jobs")
 def delete_jobs_touches_only_the_state_up_to_the_limit(kit: Kit) -> None:
     kit.enqueue(b"a1", b"b2", b"a3", b"a4", b"b5")
     kit.dequeue(1)
@@ -43,7 +43,7 @@ def delete_jobs_touches_only_the_state_up_to_the_limit(kit: Kit) -> None:
     assert kit.shard.delete_jobs(QUEUE, IN_PROGRESS, 1, 10, None) == 1
 
 
-@check
+@check(rule="T-delete-jobs")
 def delete_jobs_without_a_filter_takes_the_oldest_first(kit: Kit) -> None:
     kit.enqueue(*[b"a%d" % i for i in range(6)], *[b"b%d" % i for i in range(6)])
     assert kit.shard.delete_jobs(QUEUE, PENDING, 1, 4, lambda b: b.startswith(b"b")) == 4
@@ -53,7 +53,7 @@ def delete_jobs_without_a_filter_takes_the_oldest_first(kit: Kit) -> None:
     assert len(left) == 5 and all(r.local_id > 3 for r in left)
 
 
-@check
+@check(rule="T-delete-jobs")
 def delete_jobs_with_a_filter_pages_past_the_first_page(kit: Kit) -> None:
     kit.enqueue(*[b"keep"] * 150 + [b"drop"] * 60)
     assert kit.shard.delete_jobs(QUEUE, PENDING, 1, 1000, lambda b: b == b"drop") == 60

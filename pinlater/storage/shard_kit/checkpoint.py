@@ -18,7 +18,7 @@ from pinlater.storage.shard_kit.kit import (
 from pinlater.storage.shard_kit.registry import check
 
 
-@check
+@check(rule=("T-checkpoint", "B-status-cap"))
 def checkpoint_applies_every_field_and_extends_the_claim(kit: Kit) -> None:
     kit.enqueue(b"old", attempts_allowed=2, custom_status="0123456789")
     (job,) = kit.dequeue()
@@ -52,7 +52,7 @@ def checkpoint_applies_every_field_and_extends_the_claim(kit: Kit) -> None:
     assert kit.count(IN_PROGRESS) == 0
 
 
-@check
+@check(rule="T-checkpoint")
 def checkpoint_without_fields_keeps_them_and_sets_run_after_now(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"body", attempts_allowed=4, run_after_ms=now - 50, custom_status="st")
@@ -66,7 +66,7 @@ def checkpoint_without_fields_keeps_them_and_sets_run_after_now(kit: Kit) -> Non
     assert window.holds(record.run_after_ms) and window.holds(record.updated_at_ms)
 
 
-@check
+@check(rule=("T-checkpoint-to-pending", "T-no-op", "C-claim-fences"))
 def checkpoint_move_to_pending_clears_the_claim_and_stale_claims_do_nothing(kit: Kit) -> None:
     kit.enqueue(b"a")
     (job,) = kit.dequeue()

@@ -8,7 +8,7 @@ from pinlater.storage.shard_kit.kit import HOUR_MS, IN_PROGRESS, PENDING, QUEUE,
 from pinlater.storage.shard_kit.registry import check
 
 
-@check
+@check(rule=("T-dequeue", "D-run-after-order"))
 def dequeue_orders_by_run_after_then_id_and_skips_future_jobs(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"late", run_after_ms=now - 10)
@@ -22,7 +22,7 @@ def dequeue_orders_by_run_after_then_id_and_skips_future_jobs(kit: Kit) -> None:
     assert [j.body for j in kit.dequeue()] == [b"future"]
 
 
-@check
+@check(rule="D-run-after-order")
 def dequeue_orders_ids_numerically(kit: Kit) -> None:
     now = kit.shard.now_ms()
     ids = kit.enqueue(*[b"%d" % i for i in range(12)], run_after_ms=now - 1000)
@@ -30,7 +30,7 @@ def dequeue_orders_ids_numerically(kit: Kit) -> None:
     assert [j.local_id for j in kit.dequeue(20)] == older + ids  # 1, 2, ..., 10, not 1, 10, 2
 
 
-@check(needs_frozen_clock=True)
+@check(needs_frozen_clock=True, rule="T-dequeue")
 def dequeue_eligibility_includes_run_after_equal_to_now(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"now", run_after_ms=now)
@@ -40,7 +40,7 @@ def dequeue_eligibility_includes_run_after_equal_to_now(kit: Kit) -> None:
     assert [j.body for j in kit.dequeue()] == [b"next"]
 
 
-@check
+@check(rule=("T-dequeue", "C-claim-returned"))
 def dequeue_claims_with_updated_at_now_and_reports_stored_attempts(kit: Kit) -> None:
     kit.enqueue(b"a", b"b", b"c", attempts_allowed=3, custom_status="st")
     kit.advance(500)
@@ -58,7 +58,7 @@ def dequeue_claims_with_updated_at_now_and_reports_stored_attempts(kit: Kit) -> 
     assert kit.dequeue() == []
 
 
-@check
+@check(rule="D-dry-run")
 def dequeue_dry_run_changes_nothing(kit: Kit) -> None:
     ids = kit.enqueue(b"a", b"b", b"c", attempts_allowed=3)
     before = kit.shard.lookup(QUEUE, [(1, i) for i in ids], True)
@@ -81,7 +81,7 @@ def dequeue_takes_one_priority(kit: Kit) -> None:
     assert [(j.priority, j.body) for j in kit.dequeue(priority=1)] == [(1, b"p1")]
 
 
-@check
+@check(rule=("D-limit", "T-delete-jobs"))
 def dequeue_limit_zero_touches_nothing(kit: Kit) -> None:
     kit.enqueue(b"a", b"b")
     assert kit.dequeue(0) == []

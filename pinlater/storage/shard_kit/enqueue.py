@@ -8,7 +8,7 @@ from pinlater.storage.shard_kit.kit import PENDING, QUEUE, Kit
 from pinlater.storage.shard_kit.registry import check
 
 
-@check
+@check(rule=("I-format", "I-ids-not-reused"))
 def enqueue_returns_ids_in_input_order_across_priorities(kit: Kit) -> None:
     jobs = [NewJob(b"a", 1), NewJob(b"b", 2), NewJob(b"c", 1), NewJob(b"d", 2), NewJob(b"e", 3)]
     assert kit.shard.enqueue(QUEUE, jobs) == [1, 1, 2, 2, 1]
@@ -17,7 +17,7 @@ def enqueue_returns_ids_in_input_order_across_priorities(kit: Kit) -> None:
     assert [r.body for r in found] == [b"b", b"d", b"f", b"e"]
 
 
-@check
+@check(rule=("T-enqueue", "B-status-cap"))
 def enqueue_stores_state_attempts_times_and_a_truncated_status(kit: Kit) -> None:
     with kit.timed() as window:
         (local_id,) = kit.enqueue(b"x", attempts_allowed=5, custom_status="s" * 30)
@@ -29,7 +29,7 @@ def enqueue_stores_state_attempts_times_and_a_truncated_status(kit: Kit) -> None
     assert record.claim is None
 
 
-@check
+@check(rule="I-ids-not-reused")
 def enqueue_ids_are_not_reused_while_the_queue_exists(kit: Kit) -> None:
     assert kit.enqueue(b"a", b"b", b"c") == [1, 2, 3]
     assert kit.shard.delete_jobs(QUEUE, PENDING, 1, 10, None) == 3

@@ -20,7 +20,7 @@ from pinlater.storage.shard_kit.registry import check
 # ---------------------------------------------------------------- reclaim_expired
 
 
-@check
+@check(rule="T-claim-expiry")
 def reclaim_retries_or_fails_expired_claims_by_attempts_left(kit: Kit) -> None:
     kit.enqueue(b"retry", attempts_allowed=3)
     kit.enqueue(b"last", attempts_allowed=1)
@@ -42,7 +42,7 @@ def reclaim_retries_or_fails_expired_claims_by_attempts_left(kit: Kit) -> None:
     assert [j.local_id for j in kit.dequeue()] == [1]
 
 
-@check(needs_frozen_clock=True)
+@check(needs_frozen_clock=True, rule="T-claim-expiry")
 def reclaim_expiry_is_strictly_older_than_the_timeout(kit: Kit) -> None:
     kit.enqueue(b"x", attempts_allowed=2)
     kit.dequeue()
@@ -53,7 +53,7 @@ def reclaim_expiry_is_strictly_older_than_the_timeout(kit: Kit) -> None:
     assert kit.record(1).run_after_ms == kit.shard.now_ms()
 
 
-@check
+@check(rule="J-batches")
 def reclaim_stops_at_the_limit(kit: Kit) -> None:
     kit.enqueue(*[b"x"] * 5)
     kit.dequeue()
@@ -67,7 +67,7 @@ def reclaim_stops_at_the_limit(kit: Kit) -> None:
 # ---------------------------------------------------------------- purge
 
 
-@check
+@check(rule="T-purge")
 def purge_measures_the_ttl_from_updated_at_not_run_after(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"old", b"young", run_after_ms=now - 10 * HOUR_MS)
@@ -84,7 +84,7 @@ def purge_measures_the_ttl_from_updated_at_not_run_after(kit: Kit) -> None:
     assert kit.count(future=True) == 1
 
 
-@check(needs_frozen_clock=True)
+@check(needs_frozen_clock=True, rule=("T-purge", "J-batches"))
 def purge_ttl_is_strictly_older_and_stops_at_the_limit(kit: Kit) -> None:
     kit.enqueue(b"a", b"b", b"c", attempts_allowed=1)
     kit.fail_for_good(kit.dequeue())

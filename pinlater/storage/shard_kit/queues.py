@@ -11,7 +11,7 @@ from pinlater.storage.shard_kit.kit import HOUR_MS, PENDING, QUEUE, Kit, held, r
 from pinlater.storage.shard_kit.registry import check
 
 
-@check
+@check(rule=("Q-create", "Q-case"))
 def queue_create_is_idempotent_and_names_are_case_sensitive(kit: Kit) -> None:
     shard = kit.shard
     for name in ("Foo", "foo", "foo"):
@@ -23,7 +23,7 @@ def queue_create_is_idempotent_and_names_are_case_sensitive(kit: Kit) -> None:
     assert shard.count("Foo", PENDING, [1], False, 10, None) == 1
 
 
-@check
+@check(rule="Q-delete")
 def queue_delete_removes_every_job_and_is_idempotent(kit: Kit) -> None:
     shard = kit.shard
     kit.enqueue(*[b"%d" % i for i in range(6)], attempts_allowed=1)
@@ -43,7 +43,7 @@ def queue_delete_removes_every_job_and_is_idempotent(kit: Kit) -> None:
     assert kit.enqueue(b"again") == [1]  # ids start again in a queue created anew
 
 
-@check
+@check(rule="Q-delete")
 def queue_recreated_is_seen_through_another_handle(kit: Kit) -> None:
     a, b = kit.shard, kit.open()
     a.create_queue("x")

@@ -54,7 +54,7 @@ def run_threads(targets: Sequence[Callable[[], None]], timeout: float = 120) -> 
 # ---------------------------------------------------------------- concurrency
 
 
-@check
+@check(rule="X-claim-once")
 def concurrency_four_dequeuers_claim_every_job_exactly_once(kit: Kit) -> None:
     ids: list[int] = []
     for start in range(0, 2000, 500):
@@ -99,7 +99,7 @@ def concurrency_acks_racing_the_reclaimer_move_each_job_once(kit: Kit) -> None:
     assert succeeded + pending == 400
 
 
-@check
+@check(rule="I-ids-not-reused")
 def concurrency_enqueuers_get_distinct_ids_matching_their_jobs(kit: Kit) -> None:
     results: list[tuple[list[int], list[bytes]]] = []
 

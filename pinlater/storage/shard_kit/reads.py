@@ -21,7 +21,7 @@ from pinlater.storage.shard_kit.registry import check
 # ---------------------------------------------------------------- lookup
 
 
-@check
+@check(rule=("L-fields", "L-missing-omitted"))
 def lookup_omits_missing_jobs_and_leaves_out_bodies_unless_asked(kit: Kit) -> None:
     kit.enqueue(b"a", b"b")
     records = kit.shard.lookup(QUEUE, [(1, 2), (1, 99), (2, 1), (1, 1)], False)
@@ -32,7 +32,7 @@ def lookup_omits_missing_jobs_and_leaves_out_bodies_unless_asked(kit: Kit) -> No
 # ---------------------------------------------------------------- count
 
 
-@check
+@check(rule=("N-count", "N-count-cap"))
 def count_is_exact_up_to_the_cap_and_splits_due_from_future(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(*[b"now"] * 5, run_after_ms=now - 10)
@@ -51,7 +51,7 @@ def count_is_exact_up_to_the_cap_and_splits_due_from_future(kit: Kit) -> None:
     assert kit.count(cap=1, body_filter=lambda b: True) == 1
 
 
-@check
+@check(rule="N-count-cap")
 def count_with_a_body_filter_pages_past_the_first_page(kit: Kit) -> None:
     kit.enqueue(*[b"hit" if i % 3 == 0 else b"miss" for i in range(250)])
     assert kit.count(cap=1000, body_filter=lambda b: b == b"hit") == 84
@@ -62,7 +62,7 @@ class _FilterRefusedError(Exception):
     """Raised by a body filter (e.g. a regex over its time budget)."""
 
 
-@check
+@check(rule="B-body-regex-budget")
 def body_filter_errors_propagate_unchanged(kit: Kit) -> None:
     kit.enqueue(b"a")
 
@@ -85,7 +85,7 @@ def _positions(records: Sequence[JobRecord], now: int) -> list[tuple[int, int]]:
     return [(r.run_after_ms - now, r.local_id) for r in records]
 
 
-@check
+@check(rule=("N-scan-order", "N-scan-pages"))
 def scan_returns_newest_first_and_resumes_after_a_bound(kit: Kit) -> None:
     now = kit.shard.now_ms()
     for offset in (-30, -10, -10, -20, HOUR_MS):
@@ -98,7 +98,7 @@ def scan_returns_newest_first_and_resumes_after_a_bound(kit: Kit) -> None:
     assert [r.local_id for r in kit.scan(future=True)] == [5]
 
 
-@check
+@check(rule="N-scan-pages")
 def scan_pages_chained_by_their_last_record_visit_every_job_once(kit: Kit) -> None:
     now = kit.shard.now_ms()
     for i in range(25):
@@ -117,7 +117,7 @@ def scan_pages_chained_by_their_last_record_visit_every_job_once(kit: Kit) -> No
     assert seen[0] == (now - 50, 26) and seen[1] == (now - 100, 25)
 
 
-@check
+@check(rule="N-scan-order")
 def scan_limits_each_priority_and_filters_bodies(kit: Kit) -> None:
     kit.enqueue(*[b"keep", b"drop"] * 150)
     kit.enqueue(b"keep", b"keep", priority=2)
@@ -127,7 +127,7 @@ def scan_limits_each_priority_and_filters_bodies(kit: Kit) -> None:
     assert all(r.body is None and r.local_id % 2 == 1 for r in found if r.priority == 1)
 
 
-@check
+@check(rule="N-scan-order")
 def scan_of_other_states_splits_due_from_future_and_filters(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"keep", b"drop", run_after_ms=now - 100)

@@ -22,7 +22,7 @@ from pinlater.storage.shard_kit.registry import check
 # ---------------------------------------------------------------- clock and health
 
 
-@check
+@check(rule="B-clock-per-shard")
 def clock_offset_moves_now_and_the_stored_times(kit: Kit) -> None:
     before = kit.shard.now_ms()
     kit.shard.clock_offset_ms += 2500
@@ -59,7 +59,7 @@ def shards_of_one_backend_keep_their_own_queues(kit: Kit) -> None:
     assert kit.shard.queue_names() == {QUEUE} and kit.count() == 1
 
 
-@check
+@check(rule=("I-ids-not-reused", "B-clock-per-shard"))
 def shards_of_one_backend_keep_their_own_jobs(kit: Kit) -> None:
     other = kit.open(OTHER)
     other.create_queue(QUEUE)

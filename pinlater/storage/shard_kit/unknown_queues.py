@@ -51,4 +51,4 @@ def _unknown_queue_check(call: Callable[[Shard], Any]) -> Callable[[Kit], None]:
 
 
 for _name, _call in _UNKNOWN_QUEUE_CALLS.items():
-    register(f"unknown-queue-{_name}", _unknown_queue_check(_call))
+    register(f"unknown-queue-{_name}", _unknown_queue_check(_call), rule="E-queue-not-found")
