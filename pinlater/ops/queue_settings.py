@@ -21,7 +21,6 @@ start keeps the last good value; at start-up it is a configuration error.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -36,6 +35,7 @@ import yaml
 
 from pinlater.common.sections import ConfigError, build_section
 from pinlater.common.serverset import ServerSetError, parse_serverset
+from pinlater.ops.watched_file import WatchedFile
 
 log = logging.getLogger(__name__)
 
@@ -165,27 +165,6 @@ def check_files(queue_config: str | None, server_set_file: str | None) -> list[s
     return problems
 
 
-class _WatchedFile:
-    """Tells when a file's content changed (sha256 of the bytes; unreadable = no change)."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.digest = self._digest()
-
-    def _digest(self) -> str | None:
-        try:
-            return hashlib.sha256(Path(self.path).read_bytes()).hexdigest()
-        except OSError:
-            return None
-
-    def changed(self) -> bool:
-        digest = self._digest()
-        if digest is None or digest == self.digest:
-            return False
-        self.digest = digest
-        return True
-
-
 class QueueConfigWatcher:
     """Holds the current queue config and server count and re-reads both files on change.
 
@@ -203,8 +182,8 @@ class QueueConfigWatcher:
         self._on_change = on_change
         self._on_error = on_error or (lambda kind: None)
         self._lock = threading.Lock()
-        self._config_file = _WatchedFile(queue_config) if queue_config else None
-        self._servers_file = _WatchedFile(server_set_file) if server_set_file else None
+        self._config_file = WatchedFile(queue_config) if queue_config else None
+        self._servers_file = WatchedFile(server_set_file) if server_set_file else None
         self.config = read_queue_config(queue_config) if queue_config else QueueConfig()
         self.servers = read_server_count(server_set_file) if server_set_file else 1
         self._on_change(self.config, self.servers)
@@ -250,27 +229,3 @@ class QueueConfigWatcher:
                 "; ".join(exc.problems),
             )
             return old
-
-
-class WatcherThread(threading.Thread):
-    """Calls `QueueConfigWatcher.check` every `interval` seconds until stopped."""
-
-    def __init__(
-        self, watcher: QueueConfigWatcher, interval_seconds: float = CHECK_INTERVAL_SECONDS
-    ):
-        super().__init__(name="queue-config-watcher", daemon=True)
-        self.watcher = watcher
-        self.interval = interval_seconds
-        self._stopping = threading.Event()
-
-    def run(self) -> None:
-        while not self._stopping.wait(self.interval):
-            try:
-                self.watcher.check()
-            except Exception:
-                log.exception("queue config check failed")
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stopping.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout)
