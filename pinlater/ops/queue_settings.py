@@ -69,27 +69,12 @@ class QueueConfig:
 def parse_queue_config(text: str, origin: str) -> QueueConfig:
     """Parse the file content (YAML or the original JSON). Raises ConfigError with every
     problem, each prefixed by `origin`."""
-    if not text.strip():
-        raise ConfigError([f"{origin}: the file is empty"])
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        try:
-            data = json.loads(text)
-        except ValueError:
-            raise ConfigError([f"{origin}: neither YAML nor JSON: {exc}"]) from None
-    if not isinstance(data, dict) or set(data) - {"queues"}:
-        raise ConfigError([f"{origin}: the top level must be a mapping with one key, 'queues'"])
-    raw = data.get("queues") or {}
+    raw = _queues_section(text, origin)
     problems: list[str] = []
     if isinstance(raw, list):
         settings = _parse_original(raw, origin, problems)
     elif isinstance(raw, dict):
-        settings = {}
-        for name, section in raw.items():
-            path = f"{origin}: queues.{name}"
-            if _check_name(name, path, problems):
-                settings[name] = build_section(QueueSettings, section, path, problems)
+        settings = _parse_native(raw, origin, problems)
     else:
         problems.append(f"{origin}: queues: must be a mapping (or the original's list)")
         settings = {}
@@ -101,6 +86,31 @@ def parse_queue_config(text: str, origin: str) -> QueueConfig:
     if problems:
         raise ConfigError(problems)
     return QueueConfig(settings)
+
+
+def _queues_section(text: str, origin: str) -> Any:
+    """The value of the one top-level key `queues` (YAML, else JSON); raises ConfigError."""
+    if not text.strip():
+        raise ConfigError([f"{origin}: the file is empty"])
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise ConfigError([f"{origin}: neither YAML nor JSON: {exc}"]) from None
+    if not isinstance(data, dict) or set(data) - {"queues"}:
+        raise ConfigError([f"{origin}: the top level must be a mapping with one key, 'queues'"])
+    return data.get("queues") or {}
+
+
+def _parse_native(raw: dict, origin: str, problems: list[str]) -> dict[str, QueueSettings]:
+    settings: dict[str, QueueSettings] = {}
+    for name, section in raw.items():
+        path = f"{origin}: queues.{name}"
+        if _check_name(name, path, problems):
+            settings[name] = build_section(QueueSettings, section, path, problems)
+    return settings
 
 
 def _parse_original(items: list, origin: str, problems: list[str]) -> dict[str, QueueSettings]:
