@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -137,7 +137,7 @@ def _parse_original(items: list, origin: str, problems: list[str]) -> dict[str, 
     return settings
 
 
-def _check_name(name: Any, path: str, problems: list[str]) -> bool:
+def _check_name(name: Any, path: str, problems: list[str]) -> TypeGuard[str]:
     if isinstance(name, str) and _QUEUE_NAME.fullmatch(name):
         return True
     problems.append(f"{path}: {name!r} is not a queue name ([A-Za-z0-9_]+)")

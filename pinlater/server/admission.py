@@ -23,6 +23,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from pinlater.errors import DequeueRateLimited, PinLaterError, ServerBusy
 from pinlater.handler.boundary import wire_error
@@ -66,7 +67,7 @@ class Admission:
         self,
         max_requests: int,
         max_dequeues: int,
-        service: object,
+        service: Any,
         on_refused: Callable[[str], None] | None = None,
     ):
         self.max_requests = max_requests
