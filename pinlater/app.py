@@ -15,12 +15,13 @@ from pinlater.config import Config
 from pinlater.handler.handler import PinLaterHandler
 from pinlater.handler.observer import RequestObserver
 from pinlater.idl import PinLater
-from pinlater.ops.depth import DepthCollector, DepthThread
-from pinlater.ops.janitor import Janitor, JanitorThread
-from pinlater.ops.maintenance import MaintenanceThread, ShardMapWatcher
+from pinlater.ops.depth import DepthCollector
+from pinlater.ops.janitor import Janitor
+from pinlater.ops.maintenance import ShardMaintenance, ShardMapWatcher
 from pinlater.ops.metrics import Metrics, live_gauges
 from pinlater.ops.observer import OperatingObserver
-from pinlater.ops.queue_settings import QueueConfigWatcher, WatcherThread, check_files
+from pinlater.ops.periodic import Periodic
+from pinlater.ops.queue_settings import CHECK_INTERVAL_SECONDS, QueueConfigWatcher, check_files
 from pinlater.ops.queue_slots import QueueSlots
 from pinlater.ops.rate_limiter import QueueRateLimiter
 from pinlater.ops.request_log import RequestLog
@@ -95,7 +96,7 @@ class App:
             ),
         )
         self.metrics_server: MetricsServer | None = None
-        self._threads: list = []
+        self._threads: list[Periodic] = []
 
     def _build_operating(self, config: Config) -> None:
         """Metrics, per-queue rate limits (queue config + ServerSet) and admission caps."""
@@ -117,7 +118,8 @@ class App:
         self.depth = DepthCollector(self.store, self.metrics, cap=config.metrics.depth_count_cap)
         self._server_stats = self.admission.stats
         self.metrics.registry.register(
-            live_gauges(self.store, lambda: self._server_stats(), self.limiter.shares)
+            # late-bound: attach_server replaces _server_stats after the gauges exist
+            live_gauges(self.store, lambda: self._server_stats(), self.limiter.shares),  # noqa: PLW0108
         )
 
     def attach_server(self, server) -> None:
@@ -140,7 +142,8 @@ class App:
         )
 
     def start_background(self) -> None:
-        """Start the janitor and shard maintenance threads; log durability warnings. Raises
+        """Start the background duties (janitor, shard maintenance, queue-config watcher, queue
+        depth), each a `Periodic`; log durability warnings. Raises
         NotDurable (before starting anything) when `backend.require_durable` is set and any
         shard reported a warning."""
         problems = []
@@ -151,23 +154,14 @@ class App:
         if problems and self.config.backend.require_durable:
             raise NotDurable(problems)
         if self.config.janitor.enabled:
-            self._threads.append(JanitorThread(self.janitor, self.config.janitor.interval_seconds))
-        watcher = None
-        if self.config.backend.shard_map_file and self.backend.supports_shard_reload:
-            watcher = ShardMapWatcher(
-                self.store, self.config.backend.shard_map_file, self.config.backend.options
-            )
-        elif self.config.backend.shard_map_file:
-            log.warning(
-                "backend %s cannot reload its shard map; changes to %s need a restart",
-                self.backend.kind,
-                self.config.backend.shard_map_file,
-            )
-        self._threads.append(
-            MaintenanceThread(self.store, self.config.sharding.probe_interval_seconds, watcher)
+            self._every("janitor", self.config.janitor.interval_seconds, self.janitor.run_once)
+        self._every(
+            "shard-maintenance",
+            self.config.sharding.probe_interval_seconds,
+            ShardMaintenance(self.store, self._shard_map_watcher()).run_once,
         )
         if self.config.queue_config or self.config.server_set_file:
-            self._threads.append(WatcherThread(self.queue_config))
+            self._every("queue-config-watcher", CHECK_INTERVAL_SECONDS, self.queue_config.check)
         metrics = self.config.metrics
         if metrics.port:
             self.metrics_server = MetricsServer(
@@ -176,9 +170,35 @@ class App:
             log.info(
                 "metrics on http://%s:%d/metrics (health: /health)", *self.metrics_server.address
             )
-            self._threads.append(DepthThread(self.depth, metrics.depth_interval_seconds))
+            self._every(
+                "queue-depth", metrics.depth_interval_seconds, self.depth.refresh, at_start=True
+            )
         for thread in self._threads:
             thread.start()
+
+    def _every(self, name: str, interval: float, duty, at_start: bool = False) -> None:
+        self._threads.append(
+            Periodic(
+                name,
+                interval,
+                duty,
+                run_at_start=at_start,
+                on_failure=self.metrics.background_failed,
+            )
+        )
+
+    def _shard_map_watcher(self) -> ShardMapWatcher | None:
+        """The shard map file's watcher, when there is one and the backend can reload."""
+        path = self.config.backend.shard_map_file
+        if path and self.backend.supports_shard_reload:
+            return ShardMapWatcher(self.store, path, self.config.backend.options)
+        if path:
+            log.warning(
+                "backend %s cannot reload its shard map; changes to %s need a restart",
+                self.backend.kind,
+                path,
+            )
+        return None
 
     def close(self) -> None:
         """Stop background threads, then close storage. Idempotent."""

@@ -1,7 +1,9 @@
 """One error hierarchy, one subclass per wire ErrorCode.
 
-Everything below the Thrift handler raises these; the handler is the single boundary that turns
-them into the wire `PinLaterException` (and anything else into UNKNOWN after logging it).
+Everything below the Thrift handler raises these, and so does the network layer's admission
+control when it refuses a request. `pinlater.handler.boundary.wire_error` is the one translation
+to the wire `PinLaterException`; the handler's `rpc` boundary (which also turns anything else
+into UNKNOWN after logging it) and the admission refusals both go through it.
 """
 
 from __future__ import annotations
@@ -59,6 +61,13 @@ class EnqueueRejected(PinLaterError):
 
 class InvalidRequest(PinLaterError):
     """A request field is malformed outside enqueue input (wire code UNKNOWN, clear message)."""
+
+    code, name = 500, "UNKNOWN"
+
+
+class ServerBusy(PinLaterError):
+    """The server is at its cap of requests in flight (wire code UNKNOWN, message "Server
+    busy: ..."; the IDL has no code of its own for it)."""
 
     code, name = 500, "UNKNOWN"
 

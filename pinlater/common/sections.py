@@ -88,35 +88,51 @@ def coerce(
 
 
 def _convert(value: Any, base: Any) -> Any:
-    if base is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("true", "yes", "on", "1"):
-            return True
-        if text in ("false", "no", "off", "0"):
-            return False
+    """`value` as `base` (bool, int, float or str); raises TypeError or ValueError if not."""
+    convert = _CONVERTERS.get(base)
+    if convert is None:
+        raise TypeError(f"unsupported config type {base}")
+    return convert(value)
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(value)
+
+
+def _to_int(value: Any) -> int:
+    """An int or ASCII decimal text (int() alone would take Unicode digits and `_`)."""
+    if isinstance(value, bool):
+        raise TypeError(value)
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    if not text.isascii() or not text.lstrip("-").isdigit():
         raise ValueError(value)
-    if base is int:
-        if isinstance(value, bool):
-            raise TypeError(value)
-        if isinstance(value, int):
-            return value
-        text = str(value).strip()
-        if not text.isascii() or not text.lstrip("-").isdigit():
-            raise ValueError(value)
-        return int(text)
-    if base is float:
-        if isinstance(value, bool):
-            raise TypeError(value)
-        if isinstance(value, (int, float)):
-            return float(value)
-        text = str(value).strip()
-        if not text.isascii():
-            raise ValueError(value)
-        return float(text)
-    if base is str:
-        if isinstance(value, (dict, list)):
-            raise TypeError(value)
-        return str(value)
-    raise TypeError(f"unsupported config type {base}")
+    return int(text)
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise TypeError(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    if not text.isascii():
+        raise ValueError(value)
+    return float(text)
+
+
+def _to_str(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        raise TypeError(value)
+    return str(value)
+
+
+_CONVERTERS: dict[type, Any] = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str}

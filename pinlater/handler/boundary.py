@@ -2,8 +2,9 @@
 
 Every RPC method runs inside `rpc`; anything that is not a PinLaterError is logged with a request
 id and answered as UNKNOWN (an exception the IDL does not declare would make thriftpy2 drop the
-connection without a reply). `wire_error` is the only translation of an error to its wire form;
-the network layer's refusals (admission) use it too.
+connection without a reply). `wire_error` is the only translation of an error to its wire form
+(the only place a wire PinLaterException is built); the network layer's refusals
+(`pinlater.server.admission`) use it too.
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ def rpc(method: Callable) -> Callable:
             request_id = getattr(context, "requestId", None) or uuid.uuid4().hex[:12]
             log.exception("unexpected error in %s (request id %s)", method.__name__, request_id)
             outcome, message = "UNKNOWN", "internal error"
-            raise wire.PinLaterException(
-                errorCode=wire.ErrorCode.UNKNOWN,
-                message=f"internal error in {method.__name__} (request id {request_id}); "
-                "see the server log",
+            raise wire_error(
+                PinLaterError(
+                    f"internal error in {method.__name__} (request id {request_id}); "
+                    "see the server log"
+                )
             ) from None
         finally:
             self.observer.on_call(

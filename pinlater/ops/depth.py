@@ -1,12 +1,13 @@
 """Queue depth gauges, refreshed from the store in the background, never on a request.
 
-A scrape only copies the last snapshot (`pinlater_queue_jobs`).
+A scrape only copies the last snapshot (`pinlater_queue_jobs`). The server runs
+`DepthCollector.refresh` at start and every `metrics.depth_interval_seconds` in a
+`pinlater.ops.periodic.Periodic`.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from prometheus_client import Counter
@@ -89,26 +90,3 @@ class DepthCollector:
             value=self._refreshed_at,
         )
         return [depth, stamp]
-
-
-class DepthThread(threading.Thread):
-    """Runs `DepthCollector.refresh` at once and then every `interval` seconds until stopped."""
-
-    def __init__(self, collector: DepthCollector, interval_seconds: float):
-        super().__init__(name="queue-depth", daemon=True)
-        self.collector = collector
-        self.interval = interval_seconds
-        self._stopping = threading.Event()
-
-    def run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                self.collector.refresh()
-            except Exception:
-                log.exception("queue depth refresh failed")
-            self._stopping.wait(self.interval)
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stopping.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout)

@@ -6,13 +6,12 @@ run from every server at once (each transition is a guarded statement in the sto
   with one attempt used, or to FAILED when none is left (a dead worker's job comes back);
 - purge: SUCCEEDED / FAILED jobs whose updated_at is older than their TTL are deleted.
 `run_once()` does one pass and returns counts, so tests drive it directly instead of sleeping;
-`JanitorThread` runs it at the configured interval inside the server.
+the server runs it every `janitor.interval_seconds` in a `pinlater.ops.periodic.Periodic`.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -77,67 +76,58 @@ class Janitor:
             except PinLaterError as exc:
                 counts.shard_errors += 1
                 log.warning("janitor: shard %s skipped this pass: %s", name, exc)
+        if any(vars(counts).values()):
+            log.info("janitor: %s", counts)
         return counts
 
     def _clean_queue(self, name: str, queue: str, counts: JanitorCounts) -> None:
-        timeout_ms = int(
-            1000
-            * (
-                self._claim_timeout_for(queue)
-                if self._claim_timeout_for
-                else self.config.claim_timeout_seconds
-            )
+        timeout = (
+            self._claim_timeout_for(queue)
+            if self._claim_timeout_for
+            else self.config.claim_timeout_seconds
         )
-        batch = self.config.batch_size
         ttls = (
             (JobState.SUCCEEDED, self.config.succeeded_ttl_seconds),
             (JobState.FAILED, self.config.failed_ttl_seconds),
         )
         try:
             for priority in range(1, self.store.num_priorities + 1):
-                for _ in range(self._max_batches):
-                    step = self.store.call(
-                        name, lambda s: s.reclaim_expired(queue, priority, timeout_ms, batch)
-                    )
-                    counts.reclaimed_to_pending += step.retried
-                    counts.reclaimed_to_failed += step.failed
-                    if step.retried + step.failed < batch:
-                        break
+                self._reclaim(name, queue, priority, int(1000 * timeout), counts)
                 for state, ttl in ttls:
-                    for _ in range(self._max_batches):
-                        purged = self.store.call(
-                            name, lambda s: s.purge(queue, priority, state, int(ttl * 1000), batch)
-                        )
-                        if state is JobState.SUCCEEDED:
-                            counts.purged_succeeded += purged
-                        else:
-                            counts.purged_failed += purged
-                        if purged < batch:
-                            break
+                    self._purge(name, queue, priority, state, int(ttl * 1000), counts)
         except QueueNotFound:
             return  # deleted while we were cleaning it
 
+    def _reclaim(
+        self, name: str, queue: str, priority: int, timeout_ms: int, counts: JanitorCounts
+    ) -> None:
+        """Expired claims back to PENDING (or FAILED), batch by batch until a short batch."""
+        batch = self.config.batch_size
+        for _ in range(self._max_batches):
+            step = self.store.call(
+                name, lambda s: s.reclaim_expired(queue, priority, timeout_ms, batch)
+            )
+            counts.reclaimed_to_pending += step.retried
+            counts.reclaimed_to_failed += step.failed
+            if step.retried + step.failed < batch:
+                return
 
-class JanitorThread(threading.Thread):
-    """Runs `Janitor.run_once` every `interval` seconds until stopped."""
-
-    def __init__(self, janitor: Janitor, interval_seconds: float):
-        super().__init__(name="janitor", daemon=True)
-        self.janitor = janitor
-        self.interval = interval_seconds
-        self._stopping = threading.Event()
-
-    def run(self) -> None:
-        while not self._stopping.wait(self.interval):
-            try:
-                counts = self.janitor.run_once()
-            except Exception:
-                log.exception("janitor pass failed")
-                continue
-            if any(vars(counts).values()):
-                log.info("janitor: %s", counts)
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stopping.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout)
+    def _purge(
+        self,
+        name: str,
+        queue: str,
+        priority: int,
+        state: JobState,
+        ttl_ms: int,
+        counts: JanitorCounts,
+    ) -> None:
+        """Finished jobs of `state` older than `ttl_ms` deleted, batch by batch."""
+        batch = self.config.batch_size
+        for _ in range(self._max_batches):
+            purged = self.store.call(name, lambda s: s.purge(queue, priority, state, ttl_ms, batch))
+            if state is JobState.SUCCEEDED:
+                counts.purged_succeeded += purged
+            else:
+                counts.purged_failed += purged
+            if purged < batch:
+                return

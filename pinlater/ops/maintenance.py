@@ -2,18 +2,17 @@
 
 The shard map file (`backend.shard_map_file`) is re-read when its content changes; a bad file
 keeps the current map and logs the problems. Only backends that declare
-`supports_shard_reload` get reloads.
+`supports_shard_reload` get reloads. `ShardMaintenance.run_once` is one pass; the composition
+root runs it in a `pinlater.ops.periodic.Periodic`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import threading
-from pathlib import Path
 
 from pinlater.common.sections import ConfigError
 from pinlater.config import read_shard_map
+from pinlater.ops.watched_file import WatchedFile
 from pinlater.storage.sharded import ShardedBackend
 
 log = logging.getLogger(__name__)
@@ -26,20 +25,12 @@ class ShardMapWatcher:
         self.store = store
         self.path = path
         self.options = options
-        self._digest = self._read_digest()
-
-    def _read_digest(self) -> str | None:
-        try:
-            return hashlib.sha256(Path(self.path).read_bytes()).hexdigest()
-        except OSError:
-            return None
+        self._file = WatchedFile(path)
 
     def check(self) -> bool:
         """Reload if the file changed; return True when a new map was applied."""
-        digest = self._read_digest()
-        if digest is None or digest == self._digest:
+        if not self._file.changed():
             return False
-        self._digest = digest
         try:
             specs = type(self.store.backend).parse_shards(
                 read_shard_map(self.path), self.options, f"{self.path}: shards"
@@ -54,28 +45,14 @@ class ShardMapWatcher:
         return True
 
 
-class MaintenanceThread(threading.Thread):
-    """Every `interval` seconds: probe unhealthy shards, then check the shard map file."""
+class ShardMaintenance:
+    """One maintenance pass: probe unhealthy shards, then check the shard map file."""
 
-    def __init__(
-        self, store: ShardedBackend, interval_seconds: float, watcher: ShardMapWatcher | None = None
-    ):
-        super().__init__(name="shard-maintenance", daemon=True)
+    def __init__(self, store: ShardedBackend, watcher: ShardMapWatcher | None = None):
         self.store = store
-        self.interval = interval_seconds
         self.watcher = watcher
-        self._stopping = threading.Event()
 
-    def run(self) -> None:
-        while not self._stopping.wait(self.interval):
-            try:
-                self.store.probe_unhealthy()
-                if self.watcher is not None:
-                    self.watcher.check()
-            except Exception:
-                log.exception("shard maintenance pass failed")
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stopping.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout)
+    def run_once(self) -> None:
+        self.store.probe_unhealthy()
+        if self.watcher is not None:
+            self.watcher.check()

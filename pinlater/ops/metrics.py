@@ -159,6 +159,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.background_failures = Counter(
+            "pinlater_background_failures",
+            "background passes that raised, by task (janitor, queue-depth, shard-maintenance, "
+            "queue-config-watcher)",
+            ["task"],
+            registry=r,
+        )
         #: (metric, label values) -> child, see `_child`
         self._children: dict[tuple, object] = {}
 
@@ -212,6 +219,9 @@ class Metrics:
 
     def dequeue_refused(self, queue: str, reason: str) -> None:
         self._child(self.rate_limited, self.queues.label(queue), reason).inc()
+
+    def background_failed(self, task: str) -> None:
+        self._child(self.background_failures, task).inc()
 
     def frame_rejected(self, reason: str) -> None:
         self._child(self.frames_rejected, reason).inc()

@@ -21,7 +21,6 @@ start keeps the last good value; at start-up it is a configuration error.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -30,12 +29,13 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
 from pinlater.common.sections import ConfigError, build_section
 from pinlater.common.serverset import ServerSetError, parse_serverset
+from pinlater.ops.watched_file import WatchedFile
 
 log = logging.getLogger(__name__)
 
@@ -69,27 +69,12 @@ class QueueConfig:
 def parse_queue_config(text: str, origin: str) -> QueueConfig:
     """Parse the file content (YAML or the original JSON). Raises ConfigError with every
     problem, each prefixed by `origin`."""
-    if not text.strip():
-        raise ConfigError([f"{origin}: the file is empty"])
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        try:
-            data = json.loads(text)
-        except ValueError:
-            raise ConfigError([f"{origin}: neither YAML nor JSON: {exc}"]) from None
-    if not isinstance(data, dict) or set(data) - {"queues"}:
-        raise ConfigError([f"{origin}: the top level must be a mapping with one key, 'queues'"])
-    raw = data.get("queues") or {}
+    raw = _queues_section(text, origin)
     problems: list[str] = []
     if isinstance(raw, list):
         settings = _parse_original(raw, origin, problems)
     elif isinstance(raw, dict):
-        settings = {}
-        for name, section in raw.items():
-            path = f"{origin}: queues.{name}"
-            if _check_name(name, path, problems):
-                settings[name] = build_section(QueueSettings, section, path, problems)
+        settings = _parse_native(raw, origin, problems)
     else:
         problems.append(f"{origin}: queues: must be a mapping (or the original's list)")
         settings = {}
@@ -101,6 +86,31 @@ def parse_queue_config(text: str, origin: str) -> QueueConfig:
     if problems:
         raise ConfigError(problems)
     return QueueConfig(settings)
+
+
+def _queues_section(text: str, origin: str) -> Any:
+    """The value of the one top-level key `queues` (YAML, else JSON); raises ConfigError."""
+    if not text.strip():
+        raise ConfigError([f"{origin}: the file is empty"])
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise ConfigError([f"{origin}: neither YAML nor JSON: {exc}"]) from None
+    if not isinstance(data, dict) or set(data) - {"queues"}:
+        raise ConfigError([f"{origin}: the top level must be a mapping with one key, 'queues'"])
+    return data.get("queues") or {}
+
+
+def _parse_native(raw: dict, origin: str, problems: list[str]) -> dict[str, QueueSettings]:
+    settings: dict[str, QueueSettings] = {}
+    for name, section in raw.items():
+        path = f"{origin}: queues.{name}"
+        if _check_name(name, path, problems):
+            settings[name] = build_section(QueueSettings, section, path, problems)
+    return settings
 
 
 def _parse_original(items: list, origin: str, problems: list[str]) -> dict[str, QueueSettings]:
@@ -127,7 +137,7 @@ def _parse_original(items: list, origin: str, problems: list[str]) -> dict[str, 
     return settings
 
 
-def _check_name(name: Any, path: str, problems: list[str]) -> bool:
+def _check_name(name: Any, path: str, problems: list[str]) -> TypeGuard[str]:
     if isinstance(name, str) and _QUEUE_NAME.fullmatch(name):
         return True
     problems.append(f"{path}: {name!r} is not a queue name ([A-Za-z0-9_]+)")
@@ -165,27 +175,6 @@ def check_files(queue_config: str | None, server_set_file: str | None) -> list[s
     return problems
 
 
-class _WatchedFile:
-    """Tells when a file's content changed (sha256 of the bytes; unreadable = no change)."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.digest = self._digest()
-
-    def _digest(self) -> str | None:
-        try:
-            return hashlib.sha256(Path(self.path).read_bytes()).hexdigest()
-        except OSError:
-            return None
-
-    def changed(self) -> bool:
-        digest = self._digest()
-        if digest is None or digest == self.digest:
-            return False
-        self.digest = digest
-        return True
-
-
 class QueueConfigWatcher:
     """Holds the current queue config and server count and re-reads both files on change.
 
@@ -203,8 +192,8 @@ class QueueConfigWatcher:
         self._on_change = on_change
         self._on_error = on_error or (lambda kind: None)
         self._lock = threading.Lock()
-        self._config_file = _WatchedFile(queue_config) if queue_config else None
-        self._servers_file = _WatchedFile(server_set_file) if server_set_file else None
+        self._config_file = WatchedFile(queue_config) if queue_config else None
+        self._servers_file = WatchedFile(server_set_file) if server_set_file else None
         self.config = read_queue_config(queue_config) if queue_config else QueueConfig()
         self.servers = read_server_count(server_set_file) if server_set_file else 1
         self._on_change(self.config, self.servers)
@@ -250,27 +239,3 @@ class QueueConfigWatcher:
                 "; ".join(exc.problems),
             )
             return old
-
-
-class WatcherThread(threading.Thread):
-    """Calls `QueueConfigWatcher.check` every `interval` seconds until stopped."""
-
-    def __init__(
-        self, watcher: QueueConfigWatcher, interval_seconds: float = CHECK_INTERVAL_SECONDS
-    ):
-        super().__init__(name="queue-config-watcher", daemon=True)
-        self.watcher = watcher
-        self.interval = interval_seconds
-        self._stopping = threading.Event()
-
-    def run(self) -> None:
-        while not self._stopping.wait(self.interval):
-            try:
-                self.watcher.check()
-            except Exception:
-                log.exception("queue config check failed")
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stopping.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout)

@@ -11,6 +11,9 @@ Two server-wide caps, checked by the network loop as soon as a request frame has
   UNKNOWN and the message "Server busy: ...". Dequeues have their own budget, so they never
   use up this one.
 
+Refusals are domain errors (`pinlater.errors`) translated to the wire by the handler's one
+boundary (`pinlater.handler.boundary.wire_error`), written as the method's normal reply.
+
 A third cap is per queue (`pinlater.ops.queue_slots`, taken by the request observer after the
 queue name is validated), so one hot queue cannot take every dequeue slot.
 """
@@ -20,8 +23,9 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Callable
+from typing import Any
 
-from pinlater.errors import DequeueRateLimited, PinLaterError
+from pinlater.errors import DequeueRateLimited, PinLaterError, ServerBusy
 from pinlater.handler.boundary import wire_error
 from pinlater.server.transport import encode_reply
 
@@ -31,12 +35,6 @@ _HEADER = struct.Struct("!iI")
 _DEQUEUE_NAME = struct.pack("!I", len(DEQUEUE)) + DEQUEUE.encode("ascii")
 #: the shortest header naming dequeueJobs that `method_and_seqid` reads (seqid included)
 _DEQUEUE_HEADER_BYTES = 4 + len(_DEQUEUE_NAME) + 4
-
-
-class Busy(PinLaterError):
-    """The server is at its request cap (wire code UNKNOWN)."""
-
-    code, name = 500, "UNKNOWN"
 
 
 def method_and_seqid(payload: bytes) -> tuple[str, int] | None:
@@ -69,7 +67,7 @@ class Admission:
         self,
         max_requests: int,
         max_dequeues: int,
-        service: object,
+        service: Any,
         on_refused: Callable[[str], None] | None = None,
     ):
         self.max_requests = max_requests
@@ -79,6 +77,11 @@ class Admission:
         self._lock = threading.Lock()
         self.in_flight = 0
         self.in_flight_dequeues = 0
+        #: the two refusals, built once (their messages depend only on the caps)
+        self._too_many_dequeues = DequeueRateLimited(
+            f"Too many concurrent dequeues on this server (cap {max_dequeues}); retry later"
+        )
+        self._busy = ServerBusy(f"Server busy: {max_requests} requests in flight; retry later")
 
     def serve(self, payload: bytes, run: Callable[[], bytes]) -> bytes:
         dequeue = is_dequeue(payload)
@@ -102,17 +105,16 @@ class Admission:
         with self._lock:
             if dequeue:
                 if self.in_flight_dequeues >= self.max_dequeues:
-                    return DequeueRateLimited(
-                        f"Too many concurrent dequeues on this server (cap "
-                        f"{self.max_dequeues}); retry later"
-                    )
+                    return self._too_many_dequeues
                 self.in_flight_dequeues += 1
             elif self.in_flight - self.in_flight_dequeues >= self.max_requests:
-                return Busy(f"Server busy: {self.max_requests} requests in flight; retry later")
+                return self._busy
             self.in_flight += 1
             return None
 
     def _refusal_reply(self, name: str, seqid: int, error: PinLaterError) -> bytes:
+        """The method's reply carrying `error` in its declared `e` field, translated by the one
+        error boundary (`wire_error`)."""
         result = getattr(self._service, name + "_result")()
         result.e = wire_error(error)
         return encode_reply(name, seqid, result)

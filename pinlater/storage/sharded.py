@@ -30,7 +30,7 @@ from pinlater.errors import (
 )
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import Backend, BodyFilter, Shard, ShardSpec
-from pinlater.storage.descriptors import MAX_LOCAL_ID, JobDescriptor, descriptor
+from pinlater.storage.descriptors import MAX_LOCAL_ID, JobDescriptor
 from pinlater.storage.errors import ShardError, StorageFull
 from pinlater.storage.health import ShardHealth
 from pinlater.storage.models import (
@@ -252,7 +252,8 @@ class ShardedBackend:
                 last = exc
                 continue
             return [
-                descriptor(queue, name, job.priority, local_id) for job, local_id in zip(jobs, ids)
+                JobDescriptor(queue, name, job.priority, local_id)
+                for job, local_id in zip(jobs, ids)
             ]
         if isinstance(last, ShardFull):
             raise EnqueueRejected(f"storage full: {last.message}")
@@ -480,7 +481,7 @@ class _DequeueRun:
     def add(self, name: str, jobs: Sequence[DequeuedJob], step: tuple[int, str]) -> None:
         self.taken.add(step)
         self.got += [
-            (descriptor(self.queue, name, job.priority, job.local_id), job) for job in jobs
+            (JobDescriptor(self.queue, name, job.priority, job.local_id), job) for job in jobs
         ]
 
     def sweep(self, priority: int, names: Sequence[str]) -> None:

@@ -3,10 +3,13 @@ does."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import pytest
 
 from pinlater.errors import InvalidRequest
-from pinlater.storage.descriptors import JobDescriptor, descriptor, split_local_id, split_prefix
+from pinlater.storage.descriptors import JobDescriptor, split_local_id, split_prefix
 
 TEXTS = [
     "q:sr1:p1:100",
@@ -70,17 +73,20 @@ def test_non_strings_are_not_split(value):
     assert split_both(value) is None
 
 
-def test_descriptor_builds_the_same_frozen_value_as_the_dataclass():
-    built = descriptor("q", "r1", 2, 77)
-    assert type(built) is JobDescriptor
-    assert built == JobDescriptor("q", "r1", 2, 77)
+def test_a_descriptor_is_a_frozen_hashable_value():
+    built = JobDescriptor("q", "r1", 2, 77)
+    assert built == JobDescriptor("q", "r1", 2, 77) != JobDescriptor("q", "r1", 2, 78)
     assert hash(built) == hash(JobDescriptor("q", "r1", 2, 77))
-    assert repr(built) == repr(JobDescriptor("q", "r1", 2, 77))
+    assert repr(built) == "JobDescriptor(queue='q', shard='r1', priority=2, local_id=77)"
     assert str(built) == "q:sr1:p2:77"
-    with pytest.raises(AttributeError):
+    assert JobDescriptor.parse(str(built)) == built
+    with pytest.raises(dataclasses.FrozenInstanceError):
         built.queue = "other"  # type: ignore[misc]
 
 
-def test_descriptor_sets_every_field():
-    """A field added to JobDescriptor must be added to `descriptor` too."""
-    assert JobDescriptor.__slots__ == ("queue", "shard", "priority", "local_id")
+def test_the_hand_written_init_takes_every_field_in_order():
+    """A field added to JobDescriptor must be added to its `__init__` too."""
+    names = [f.name for f in dataclasses.fields(JobDescriptor)]
+    assert list(inspect.signature(JobDescriptor.__init__).parameters)[1:] == names
+    built = JobDescriptor(*(f"v{i}" for i in range(len(names))))
+    assert [getattr(built, name) for name in names] == [f"v{i}" for i in range(len(names))]

@@ -1,8 +1,11 @@
-"""worker_sdk wire conversions: the fast paths build exactly what the plain constructors do."""
+"""worker_sdk wire conversions: dequeue responses to DequeuedJob values, acks to wire structs."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+
+import pytest
 
 from pinlater.cli.load import _decide
 from pinlater.idl import pinlater_thrift as wire
@@ -18,29 +21,48 @@ def _response(claim):
     )
 
 
-def test_dequeued_jobs_equal_the_dataclass_built_the_plain_way():
+def test_dequeued_jobs_flatten_the_response_into_frozen_values():
     for claim in ("0123456789abcdef01234567:host", None):
         got = dequeued_jobs(_response(claim))
-        assert got == [
-            DequeuedJob("q:s1:p1:7", b"\x00body", 3, 2, claim),
-            DequeuedJob("q:s1:p2:8", b"", None, None, None),
-        ]
-        assert all(type(job) is DequeuedJob for job in got)
+        assert [
+            (j.descriptor, j.body, j.attempts_allowed, j.attempts_remaining, j.claim) for j in got
+        ] == [("q:s1:p1:7", b"\x00body", 3, 2, claim), ("q:s1:p2:8", b"", None, None, None)]
+        assert got[0] == DequeuedJob("q:s1:p1:7", b"\x00body", 3, 2, claim) != got[1]
         with_hash = {job: job.descriptor for job in got}  # frozen: hashable, immutable
         assert len(with_hash) == 2
-        try:
-            got[0].body = b"x"
-        except dataclasses.FrozenInstanceError:
-            pass
-        else:
-            raise AssertionError("DequeuedJob must stay immutable")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            got[0].body = b"x"  # type: ignore[misc]
+        assert dataclasses.replace(got[0], claim="other").claim == "other"
     assert dequeued_jobs(wire.PinLaterDequeueResponse()) == []
 
 
-def test_a_dequeued_job_acks_exactly_like_an_ack_info_with_its_claim():
+def test_the_hand_written_init_takes_every_field_in_order():
+    """A field added to DequeuedJob must be added to its `__init__` too."""
+    names = [f.name for f in dataclasses.fields(DequeuedJob)]
+    assert list(inspect.signature(DequeuedJob.__init__).parameters)[1:] == names
+    job = DequeuedJob(**{name: name for name in names})
+    assert [getattr(job, name) for name in names] == names
+
+
+def test_every_ack_input_becomes_the_same_wire_struct():
     for claim in ("0123456789abcdef01234567:host", None):
         job = DequeuedJob("q:s1:p1:7", b"b", 2, 2, claim)
-        assert ack_to_wire(job) == AckInfo(job.descriptor, claim=claim).to_wire()
+        expected = wire.PinLaterJobAckInfo(
+            jobDescriptor="q:s1:p1:7", appendCustomStatus="", retryDelayMillis=0
+        )
+        if claim is not None:
+            expected.claimDescriptor = claim
+        assert ack_to_wire(job) == AckInfo(job.descriptor, claim=claim).to_wire() == expected
+    assert ack_to_wire("q:s1:p1:7") == AckInfo("q:s1:p1:7").to_wire()
+    assert ack_to_wire("q:s1:p1:7").claimDescriptor is None
+    full = AckInfo("q:s1:p1:7", claim="c", append_status="done", retry_delay_ms=5).to_wire()
+    assert (full.claimDescriptor, full.appendCustomStatus, full.retryDelayMillis) == (
+        "c",
+        "done",
+        5,
+    )
+    with pytest.raises(TypeError):
+        ack_to_wire(7)  # type: ignore[arg-type]
 
 
 def test_load_mode_acks_every_job_at_100_percent_and_splits_otherwise():
