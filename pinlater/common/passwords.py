@@ -49,10 +49,10 @@ def parse_password_hash(stored: str) -> tuple[int, bytes, bytes]:
     return iterations, salt, digest
 
 
-def verify_password(password: str | bytes | None, stored: str | None) -> bool:
+def verify_password(password: object, stored: str | None) -> bool:
     """True only if `password` matches `stored`; False for a missing or malformed hash (and
-    for a password that is not valid UTF-8 text)."""
-    if password is None or not stored:
+    for a password that is not text or not valid UTF-8)."""
+    if not isinstance(password, (str, bytes)) or not stored:
         return False
     try:
         iterations, salt, expected = parse_password_hash(stored)

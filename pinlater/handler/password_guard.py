@@ -43,7 +43,7 @@ class PasswordGuard:
         max_waiting: int = 4,
         on_refused: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        verify: Callable[[object, str], bool] = verify_password,
+        verify: Callable[[object, str | None], bool] = verify_password,
     ):
         self._stored = stored_hash
         self._failure_rate = failures_per_minute / 60

@@ -9,6 +9,7 @@ newline, and int() accepts Unicode digits; we use ASCII-only full matches and re
 from __future__ import annotations
 
 import re
+from typing import TypeGuard
 
 from pinlater.errors import (
     InvalidRequest,
@@ -138,10 +139,11 @@ def source(context: object, max_length: int) -> str:
     value = getattr(context, "source", None)
     if context is None or value is None:
         raise InvalidRequest("context.source: is required")
-    value = text(value, "context.source")
-    if len(value) > max_length:
+    checked = text(value, "context.source", required=True)
+    assert checked is not None  # required=True raised otherwise
+    if len(checked) > max_length:
         raise InvalidRequest(f"context.source: longer than {max_length} characters")
-    return value
+    return checked
 
 
 def request_present(value: object, field: str = "request") -> None:
@@ -149,7 +151,7 @@ def request_present(value: object, field: str = "request") -> None:
         raise InvalidRequest(f"{field}: is required")
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
