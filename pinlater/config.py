@@ -75,11 +75,27 @@ class LimitsConfig:
     max_attempts: int = field(default=1000, metadata=_range(1, 2**31 - 1))
     max_queue_name_length: int = field(default=100, metadata=_range(1, 1000))
     max_source_length: int = field(default=200, metadata=_range(1, 200))
+    #: body regexes (bodyRegexToMatch of getJobCount, scanJobs, deleteJobs); see
+    #: pinlater/handler/body_filter.py. Longest pattern, in characters:
     max_regex_length: int = field(default=256, metadata=_range(1, 10_000))
-    #: time budget for one body-regex evaluation
-    regex_timeout_seconds: float = field(default=0.05, metadata=_range(0.001, 10))
-    #: a body filter examines at most this many jobs per shard and call
+    #: largest compiled pattern, in nodes once the engine has copied its repeats (`a{1000}` is
+    #: ~1,000, `(?:a{100}){100}` ~10,000, `(?:(?:a)+)+` doubles per level; at most ~300 bytes
+    #: each); checked on the parse tree before compiling
+    max_regex_size: int = field(default=10_000, metadata=_range(100, 100_000))
+    #: CPU time the evaluation of one body may use (the thread's CPU time, so load cannot make
+    #: a cheap pattern fail); also the engine timeout of each attempt, which bounds its match
+    #: memory (up to ~0.75 GB per CPU second), hence the 1 s ceiling
+    regex_timeout_seconds: float = field(default=0.05, metadata=_range(0.001, 1))
+    #: CPU time one request's body-regex scan may use: its evaluations and the paging between
+    #: them, in every thread that scans for it
+    regex_request_cpu_seconds: float = field(default=2.0, metadata=_range(0.01, 600))
+    #: wall-clock time one request with a body regex may take, counted from when its filter is
+    #: built (the scan holds a worker thread and a read snapshot)
+    regex_request_seconds: float = field(default=10.0, metadata=_range(0.1, 3600))
+    #: bodies one request may examine with its regex, over all shards and priorities
     regex_scan_cap: int = field(default=100_000, metadata=_range(1, 100_000_000))
+    #: body bytes one request may examine with its regex, over all shards and priorities
+    regex_scan_bytes: int = field(default=64 * 1024 * 1024, metadata=_range(1024, 1 << 40))
 
 
 @dataclass(frozen=True)

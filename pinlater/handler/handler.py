@@ -428,11 +428,7 @@ class PinLaterHandler:
         return float(value)
 
     def _body_filter(self, pattern):
-        return compile_body_filter(
-            pattern,
-            max_length=self.limits.max_regex_length,
-            timeout_seconds=self.limits.regex_timeout_seconds,
-        )
+        return compile_body_filter(pattern, self.limits)
 
 
 class _PlainAcks:

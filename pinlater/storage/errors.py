@@ -7,9 +7,9 @@ error of the same name, raised by shards for a queue they do not hold.
 
 from __future__ import annotations
 
-from pinlater.errors import QueueNotFound
+from pinlater.errors import InvalidRequest, QueueNotFound
 
-__all__ = ["QueueNotFound", "ShardError", "StorageFull"]
+__all__ = ["BodyFilterStopped", "QueueNotFound", "ShardError", "StorageFull"]
 
 
 class ShardError(Exception):
@@ -29,3 +29,12 @@ class ShardError(Exception):
 
 class StorageFull(Exception):
     """The storage refused a write for lack of space or memory (Redis noeviction, disk full)."""
+
+
+class BodyFilterStopped(InvalidRequest):
+    """A body filter refused to go on: its request spent its regex budget (CPU, time, bodies or
+    bytes scanned) or one body needed more CPU than allowed. Raised by the filter callable a
+    shard calls; shards let it propagate (it is the client's answer) and stop scanning, and
+    delete_jobs acts on no match of a scan that stopped (filter first, then delete). Once
+    raised, every later call of the same filter raises it again, so parallel shard scans of the
+    request stop too."""
