@@ -188,36 +188,37 @@ def _pinlater_services(spec: dict) -> dict[str, dict]:
     }
 
 
+def _parse_service(name: str, service: dict, variables: dict[str, str]):
+    """(program, what its real parser or config loader made of the service's command)."""
+    program, argv = _service_argv(name, service, variables)
+    what = f"compose service {name}"
+    env = {**image_env(), **service.get("environment", {})}
+    if program == "pinlater-server":
+        return program, server_config(argv, env, what)
+    assert_known_env(service.get("environment", {}), what)
+    if program == "pinlater-worker":
+        return program, worker_args(argv, what)
+    assert program == "pinlater", f"{name}: unknown program {program}"
+    return program, cli_args(argv, what)
+
+
 @pytest.mark.parametrize("backend", ["mysql", "redis"])
 def test_every_compose_service_command_and_env_is_accepted(backend):
     spec = compose()
     variables = {"PINLATER_COMPOSE_BACKEND": backend}
     services = _pinlater_services(spec)
     assert set(services) == {"server", "create-queues", "worker"}
-    env = {**image_env(), **spec["services"]["server"].get("environment", {})}
-    programs = {}
-    for name, service in services.items():
-        program, argv = _service_argv(name, service, variables)
-        programs[program] = name
-        what = f"compose service {name}"
-        if program == "pinlater-server":
-            config = server_config(argv, env, what)
-            assert config.backend.kind == backend
-            assert config.backend.require_durable
-            for shard in config.backend.shards:
-                assert getattr(shard, "host", None) in spec["services"], shard
-        elif program == "pinlater-worker":
-            args = worker_args(argv, what)
-            host, port = args.servers.split(":")
-            assert host == "server" and int(port) == config.server.port
-            queue = args.queue
-        else:
-            assert program == "pinlater", f"{name}: unknown program {program}"
-            assert_known_env(service.get("environment", {}), what)
-            created = cli_args(argv, what)
-            assert (created.host, created.port) == ("server", config.server.port)
-    assert set(programs) == {"pinlater-server", "pinlater-worker", "pinlater"}
-    assert created.queue == queue, "the worker's queue must be the one create-queues makes"
+    parsed = dict(_parse_service(name, service, variables) for name, service in services.items())
+    assert set(parsed) == {"pinlater-server", "pinlater-worker", "pinlater"}
+    config, worker, created = (
+        parsed[p] for p in ("pinlater-server", "pinlater-worker", "pinlater")
+    )
+    assert config.backend.kind == backend
+    assert config.backend.require_durable
+    assert all(getattr(s, "host", None) in spec["services"] for s in config.backend.shards)
+    assert worker.servers == f"server:{config.server.port}"
+    assert (created.host, created.port) == ("server", config.server.port)
+    assert created.queue == worker.queue, "the worker's queue must be the one create-queues makes"
     ports = {int(p.split(":")[1]) for p in spec["services"]["server"]["ports"]}
     assert ports == {config.server.port, config.metrics.port}
 

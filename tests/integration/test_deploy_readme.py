@@ -55,18 +55,22 @@ def test_every_serve_example_starts_with_the_drivers_serve_installs():
         assert set(_extras()[kind]) <= installed
 
 
-def _check_docker(argv: list[str]) -> None:
+def _check_docker_run(argv: list[str]) -> None:
+    """Published ports are ones the image EXPOSEs, volumes ones it declares."""
     instructions = dockerfile_instructions()
     exposed = {int(p) for w, rest in instructions if w == "EXPOSE" for p in rest.split()}
     volumes = {v for w, rest in instructions if w == "VOLUME" for v in yaml.safe_load(rest)}
+    options = dict(itertools.pairwise(argv))
+    published = [v for f, v in itertools.pairwise(argv) if f == "-p"]
+    assert published and all(int(v.split(":")[1]) in exposed for v in published), published
+    assert options["-v"].split(":")[1] in volumes, options["-v"]
+
+
+def _check_docker(argv: list[str]) -> None:
     if argv[1] == "build":
         assert argv[-1] == "." and (REPO_ROOT / "Dockerfile").exists()
     elif argv[1] == "run":
-        for flag, value in itertools.pairwise(argv):
-            if flag == "-p":
-                assert int(value.split(":")[1]) in exposed, value
-            if flag == "-v":
-                assert value.split(":")[1] in volumes, value
+        _check_docker_run(argv)
     else:
         assert argv[1:3] == ["compose", "up"], argv
         assert (REPO_ROOT / "compose.yaml").exists()
