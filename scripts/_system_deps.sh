@@ -19,7 +19,7 @@ _pinlater_install_system_deps() {
   [ "${#missing[@]}" -eq 0 ] && return 0
   if [ "${PINLATER_NO_SYSTEM_DEPS:-}" = "1" ]; then
     echo "scripts/test: not installing ${missing[*]} (PINLATER_NO_SYSTEM_DEPS=1); the tests" \
-      "that need them will skip" >&2
+      "that need them will skip (and fail under CI=true)" >&2
     return 0
   fi
   local why=""
