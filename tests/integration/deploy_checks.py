@@ -20,11 +20,13 @@ from pinlater.main import flag_overrides
 from pinlater.main import parse_args as server_parse_args
 from tests.support import unavailable
 from worker_sdk.retry import parse_retry
+from worker_sdk.worker_cli import SERVERS_ENV, load_handler
 from worker_sdk.worker_cli import build_parser as worker_parser
-from worker_sdk.worker_cli import load_handler
 
 #: variables a deploy asset may set besides the server's PINLATER_* ones
 GENERIC_ENV = {"PYTHONUNBUFFERED", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "TZ"}
+#: what pinlater and pinlater-worker read (the default server list)
+CLIENT_ENV = {SERVERS_ENV}
 
 
 def parsed(parse, argv: list[str], what: str):
@@ -37,10 +39,11 @@ def parsed(parse, argv: list[str], what: str):
         pytest.fail(f"{what}: {argv} is refused by the real parser: {exc}")
 
 
-def assert_known_env(env: Mapping[str, object], what: str) -> None:
-    """Every variable is one the server reads (config.ENV_OVERRIDES) or a generic one: a
-    misspelt PINLATER_* name would be ignored silently."""
-    unknown = sorted(set(env) - set(ENV_OVERRIDES) - GENERIC_ENV)
+def assert_known_env(env: Mapping[str, object], what: str, client: bool = False) -> None:
+    """Every variable is one the server (config.ENV_OVERRIDES) or, for `client`, the CLI and
+    worker read, or a generic one: a misspelt PINLATER_* name would be ignored silently."""
+    known = (CLIENT_ENV if client else set(ENV_OVERRIDES)) | GENERIC_ENV
+    unknown = sorted(set(env) - known)
     assert not unknown, f"{what}: environment variables nobody reads: {unknown}"
 
 

@@ -198,7 +198,7 @@ def _parse_service(name: str, service: dict, variables: dict[str, str]):
     env = {**image_env(), **service.get("environment", {})}
     if program == "pinlater-server":
         return program, server_config(argv, env, what)
-    assert_known_env(service.get("environment", {}), what)
+    assert_known_env(service.get("environment", {}), what, client=True)
     if program == "pinlater-worker":
         return program, worker_args(argv, what)
     assert program == "pinlater", f"{name}: unknown program {program}"

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import yaml
 
-from tests.integration.deploy_checks import run_tool, server_config, venv_tool, worker_args
+from tests.integration.deploy_checks import (
+    assert_known_env,
+    run_tool,
+    server_config,
+    venv_tool,
+    worker_args,
+)
 from tests.support.server_process import REPO_ROOT, ServerProcess, free_port
 
 K8S = REPO_ROOT / "deploy" / "k8s"
@@ -136,6 +142,9 @@ def test_one_worker_deployment_per_configured_queue_each_on_the_service(tmp_path
     for deployment in workers:
         worker = container(deployment)
         args = worker_args(worker["args"], deployment["metadata"]["name"])
+        env = {item["name"]: item.get("value") for item in worker.get("env", [])}
+        assert_known_env(env, deployment["metadata"]["name"], client=True)
+        assert args.wait_for_queue, "a worker started before its queue exists must wait"
         assert worker["command"] == ["pinlater-worker"]
         assert args.servers == f"{service['metadata']['name']}:{thrift}"
         assert deployment["metadata"]["labels"]["pinlater.queue"] == args.queue
