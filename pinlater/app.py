@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import socket
 import time
 
 from backends import backend_class
@@ -27,6 +28,7 @@ from pinlater.ops.rate_limiter import QueueRateLimiter
 from pinlater.ops.request_log import RequestLog
 from pinlater.server.admission import Admission
 from pinlater.server.http import MetricsServer, health_report
+from pinlater.server.listen import bind
 from pinlater.storage.sharded import ShardedBackend
 
 log = logging.getLogger(__name__)
@@ -141,11 +143,12 @@ class App:
             counts.purged_failed,
         )
 
-    def start_background(self) -> None:
+    def start_background(self, metrics_socket: socket.socket | None = None) -> None:
         """Start the background duties (janitor, shard maintenance, queue-config watcher, queue
-        depth), each a `Periodic`; log durability warnings. Raises
-        NotDurable (before starting anything) when `backend.require_durable` is set and any
-        shard reported a warning."""
+        depth), each a `Periodic`, and the metrics endpoint (on `metrics_socket` when the caller
+        bound it already, as pinlater-server does); log durability warnings. Raises NotDurable
+        (before starting anything) when `backend.require_durable` is set and any shard reported
+        a warning."""
         problems = []
         for name in self.store.shard_names():
             for warning in self.store.shard(name).durability_warnings():
@@ -164,9 +167,8 @@ class App:
             self._every("queue-config-watcher", CHECK_INTERVAL_SECONDS, self.queue_config.check)
         metrics = self.config.metrics
         if metrics.port:
-            self.metrics_server = MetricsServer(
-                metrics.host, metrics.port, self.metrics.registry, self.health
-            ).start()
+            sock = metrics_socket or bind(metrics.host, metrics.port)
+            self.metrics_server = MetricsServer(sock, self.metrics.registry, self.health).start()
             log.info(
                 "metrics on http://%s:%d/metrics (health: /health)", *self.metrics_server.address
             )

@@ -1,13 +1,18 @@
-"""`pinlater-server`: load and validate the config, bind the port, build the App, serve.
+"""`pinlater-server`: load and validate the config, bind every port, build the App, serve.
 
-    pinlater-server [--config FILE] [--host H] [--port N] [--data-dir DIR] [--log-level L]
-                    [--log-format text|json]
+    pinlater-server [--config FILE] [--host H] [--port N] [--metrics-host H] [--metrics-port N]
+                    [--data-dir DIR] [--log-level L] [--log-format text|json] [--version]
 
 Flags override PINLATER_* environment variables, which override the file. With no arguments it
-serves the embedded SQLite backend from ./pinlater-data/ on 127.0.0.1:9010.
+serves the embedded SQLite backend from ./pinlater-data/ on 127.0.0.1:9010, with Prometheus
+metrics and /health on 127.0.0.1:9999.
+
+Both listeners (Thrift, then metrics) are bound before the App is built, so a taken port is
+refused in one line naming the flag that changes it, with nothing started and nothing left
+listening.
 
 Exit codes: 0 after a graceful shutdown (SIGTERM/SIGINT) in which every in-flight request
-finished; 1 if the port cannot be bound, the App cannot be built, `backend.require_durable` is
+finished; 1 if a port cannot be bound, the App cannot be built, `backend.require_durable` is
 set and a shard could lose accepted jobs (the warnings are printed), or the shutdown grace period
 ran out with requests still running; 2 for an invalid configuration (reported before binding).
 A second SIGTERM/SIGINT during shutdown exits at once with 128 + the signal number.
@@ -19,7 +24,7 @@ carries the port actually chosen (tests rely on this).
 from __future__ import annotations
 
 import argparse
-import errno
+import contextlib
 import logging
 import os
 import signal
@@ -27,11 +32,13 @@ import socket
 import sys
 from typing import Any
 
+from pinlater import __version__
 from pinlater.app import App, NotDurable, load_config
 from pinlater.common.logs import FORMATS, configure_logging
 from pinlater.common.sections import ConfigError
 from pinlater.config import Config
 from pinlater.idl import PinLater
+from pinlater.server.listen import bind, bind_error_reason
 from pinlater.server.loop import Rejections, Server
 from pinlater.server.transport import Dispatcher
 from pinlater.server.wirecheck import WireLimits
@@ -43,9 +50,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="pinlater-server", description="PinLater job queue Thrift server"
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--config", metavar="FILE", help="YAML config file")
     parser.add_argument("--host", help="address to listen on (server.host)")
     parser.add_argument("--port", type=int, help="port to listen on; 0 picks a free port")
+    parser.add_argument(
+        "--metrics-host", help="address of the /metrics and /health endpoint (metrics.host)"
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="port of the /metrics and /health endpoint (metrics.port, default 9999); 0 disables",
+    )
     parser.add_argument("--data-dir", help="SQLite data directory (backend.data_dir)")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
     parser.add_argument(
@@ -57,9 +73,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Command-line flags in the config file's shape (for load_config's `overrides`)."""
     overrides: dict[str, Any] = {}
-    server = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    if server:
-        overrides["server"] = server
+    for section, pairs in (
+        ("server", (("host", args.host), ("port", args.port))),
+        ("metrics", (("host", args.metrics_host), ("port", args.metrics_port))),
+    ):
+        values = {key: value for key, value in pairs if value is not None}
+        if values:
+            overrides[section] = values
     # always present, so the backend's own defaults (data dir, default shard) are applied even
     # when neither the file nor the flags mention the backend
     overrides["backend"] = {} if args.data_dir is None else {"data_dir": args.data_dir}
@@ -70,21 +90,34 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket. SO_REUSEADDR (restart over TIME_WAIT) but never SO_REUSEPORT,
-    so a second server on the same port fails here instead of silently sharing it."""
-    family, _, _, _, addr = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
-        sock.listen(128)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+#: what each listener is called in the refusal line, and every way to change its port
+_LISTENERS = {
+    "thrift": "(--port / PINLATER_PORT / server.port)",
+    "metrics": "for metrics (--metrics-port / PINLATER_METRICS_PORT / metrics.port; 0 disables)",
+}
+
+
+class ListenerTaken(Exception):
+    """A port could not be bound; the message is the one line printed."""
+
+
+def bind_listeners(config: Config) -> tuple[socket.socket, socket.socket | None]:
+    """Bind the Thrift port, then the metrics port (unless it is 0). On failure nothing stays
+    bound and ListenerTaken names the address and the flag that changes it."""
+    wanted = [("thrift", config.server.host, config.server.port)]
+    if config.metrics.port:
+        wanted.append(("metrics", config.metrics.host, config.metrics.port))
+    bound: list[socket.socket] = []
+    for name, host, port in wanted:
+        try:
+            bound.append(bind(host, port))
+        except OSError as exc:
+            for sock in bound:
+                sock.close()
+            raise ListenerTaken(
+                f"cannot listen on {host}:{port} {_LISTENERS[name]}: {bind_error_reason(exc)}"
+            ) from None
+    return bound[0], (bound[1] if len(bound) > 1 else None)
 
 
 def describe(config: Config, app: Any, address: tuple[str, int]) -> str:
@@ -134,27 +167,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     configure_logging(config.log_level, config.log_format)
     try:
-        sock = bind(config.server.host, config.server.port)
-    except OSError as exc:
-        why = (
-            "address already in use (is another server running on this port?)"
-            if exc.errno == errno.EADDRINUSE
-            else exc.strerror or str(exc)
-        )
-        print(
-            f"pinlater-server: cannot listen on {config.server.host}:{config.server.port}: {why}",
-            file=sys.stderr,
-        )
+        sock, metrics_sock = bind_listeners(config)
+    except ListenerTaken as exc:
+        print(f"pinlater-server: {exc}", file=sys.stderr)
         return 1
-    return run(config, sock)
+    return run(config, sock, metrics_sock)
 
 
-def run(config: Config, sock: socket.socket) -> int:
-    """Build the App on an already bound socket, serve until a signal, then close the App."""
+def run(config: Config, sock: socket.socket, metrics_sock: socket.socket | None = None) -> int:
+    """Build the App on already bound sockets, serve until a signal, then close the App."""
     app = None
     try:
         app = App(config)
-        app.start_background()
+        app.start_background(metrics_sock)
         rejections = Rejections(app.metrics.frame_rejected)
         server = Server(
             sock,
@@ -167,10 +192,10 @@ def run(config: Config, sock: socket.socket) -> int:
         print(f"pinlater-server: refusing to start: {exc}", file=sys.stderr)
         for problem in exc.warnings:
             print(f"  {problem}", file=sys.stderr)
-        return _abandon_start(app, sock)
+        return _abandon_start(app, sock, metrics_sock)
     except Exception:
         log.exception("pinlater-server: cannot start")
-        return _abandon_start(app, sock)
+        return _abandon_start(app, sock, metrics_sock)
     app.attach_server(server)
     install_signal_handlers(server)
     log.info("%s", describe(config, app, server.address))
@@ -190,10 +215,13 @@ def dispatcher(config: Config, handler: Any, rejections: Rejections) -> Dispatch
     return Dispatcher(PinLater, handler, wire_limits=limits, on_reject=rejections.from_dispatcher)
 
 
-def _abandon_start(app: Any, sock: socket.socket) -> int:
+def _abandon_start(app: Any, *socks: socket.socket | None) -> int:
     if app is not None:
         app.close()
-    sock.close()
+    for sock in socks:
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
     return 1
 
 

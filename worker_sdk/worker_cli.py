@@ -27,6 +27,7 @@ import threading
 import time
 from typing import TextIO
 
+from pinlater import __version__
 from pinlater.common.logs import FORMATS, configure_logging, parse_level
 from worker_sdk.client import PinLaterClient
 from worker_sdk.errors import QueueNotFound
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pinlater-worker", description="Run a PinLater job handler on a queue."
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--queue", "-q", required=True, help="queue to work on")
     p.add_argument("--handler", required=True, help="module:function taking a JobContext")
     p.add_argument("--concurrency", "-c", type=int, default=4, help="handler threads (4)")

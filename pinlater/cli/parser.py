@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from pinlater import __version__
 from pinlater.cli import stats as cli_stats
 from pinlater.common.passwords import DEFAULT_ITERATIONS
 from worker_sdk.models import JobState
@@ -163,6 +164,7 @@ def build_parser(handlers: dict[str, Callable]) -> argparse.ArgumentParser:
         "Exit codes: 0 ok, 1 server error, 2 usage, 3 cannot connect. "
         "`pinlater COMMAND --help` shows a command's options and examples.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _connection_options(parser, hidden=False)
     _json_option(parser)
     sub = parser.add_subparsers(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -71,13 +72,20 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class MetricsServer(ThreadingHTTPServer):
-    """Serves in a daemon thread; `close()` stops it and frees the port."""
+    """Serves on an already bound, listening socket (`pinlater.server.listen.bind`) in a daemon
+    thread; `close()` stops it and frees the port."""
 
     daemon_threads = True
-    allow_reuse_address = True
 
-    def __init__(self, host: str, port: int, registry, health: Callable[[], tuple[int, dict]]):
-        super().__init__((host, port), _Handler)
+    def __init__(
+        self, sock: socket.socket, registry, health: Callable[[], tuple[int, dict]]
+    ) -> None:
+        super().__init__(sock.getsockname()[:2], _Handler, bind_and_activate=False)
+        self.socket.close()  # the unbound default socket of socketserver
+        self.socket = sock
+        self.address_family = sock.family
+        self.server_address = sock.getsockname()
+        self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
         self.registry = registry
         self.health = health
         self._thread = threading.Thread(
