@@ -71,7 +71,9 @@ class RedisShardSpec(ShardSpec):
 
     def pool_key(self) -> tuple:
         """Everything that identifies a connection (not the shard name)."""
-        return tuple(v for k, v in zip(_SPEC_FIELDS, self.connection_key()) if k != "name")
+        return tuple(
+            v for k, v in zip(_SPEC_FIELDS, self.connection_key(), strict=True) if k != "name"
+        )
 
 
 _SPEC_FIELDS = [f for f in RedisShardSpec.__dataclass_fields__ if f != "dequeue_only"]
