@@ -137,26 +137,11 @@ class MySQLBackend(Backend):
     kind = "mysql"
     #: pools are keyed by connection settings and refcounted, so shards come and go freely
     supports_shard_reload = True
-    uses_storage_clock = True
-
-    #: backend options accepted (and ignored) so generic env overrides do not break MySQL configs
-    _IGNORED_OPTIONS = ("data_dir",)
 
     def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
         super().__init__(options, limits)
         self.pools: SharedPools[InstanceSettings, InstancePool] = SharedPools(InstancePool.close)
         self._prefixes: dict[str, str] = {}
-
-    @classmethod
-    def parse_options(cls, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
-        problems = [
-            f"{path}.{key}: unknown key (MySQL takes its settings per shard)"
-            for key in raw
-            if key not in cls._IGNORED_OPTIONS
-        ]
-        if problems:
-            raise ConfigError(problems)
-        return {}
 
     @classmethod
     def parse_shards(cls, raw: Any, options: Mapping[str, Any], path: str) -> list[ShardSpec]:

@@ -48,7 +48,7 @@ from pinlater.storage.models import (
     new_dequeued_job,
 )
 from pinlater.storage.paging import FILTER_PAGE_SIZE, filtered
-from pinlater.storage.specs import ConfigError, field_range, parse_shard_list
+from pinlater.storage.specs import field_range, parse_shard_list
 
 _RECORD_WIDTH = 11  # values per record from _lib.lua pl_append_record
 
@@ -82,23 +82,12 @@ _SPEC_FIELDS = [f for f in RedisShardSpec.__dataclass_fields__ if f != "dequeue_
 class RedisBackend(Backend):
     kind = "redis"
     supports_shard_reload = True
-    uses_storage_clock = True
-
-    #: backend options accepted (and ignored) so generic env overrides do not break Redis configs
-    _IGNORED_OPTIONS = ("data_dir",)
 
     def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
         super().__init__(options, limits)
         self._pools: SharedPools[tuple, redis.ConnectionPool] = SharedPools(
             lambda pool: pool.disconnect()
         )
-
-    @classmethod
-    def parse_options(cls, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
-        unknown = [k for k in raw if k not in cls._IGNORED_OPTIONS]
-        if unknown:
-            raise ConfigError([f"{path}.{k}: unknown key for the redis backend" for k in unknown])
-        return dict(raw)
 
     @classmethod
     def parse_shards(cls, raw: Any, options: Mapping[str, Any], path: str) -> list[ShardSpec]:
