@@ -7,8 +7,8 @@ logical shards "1", "1d1", "1d2" (the original's naming), which share the instan
 dequeue_only flag. Layout and types: `queries/mysql/schema.sql`; transitions:
 `queries/mysql/transitions.sql`; pools, session settings and error mapping: `mysql_pool.py`.
 
-Dialect choices (the rest is `sql_base.SQLShard`):
-- Dequeue is `SELECT ... ORDER BY <index order> LIMIT n FOR UPDATE SKIP LOCKED` then
+Dialect choices (the rest is `sql_base.SQLShard`; these are its hooks):
+- Claims are `SELECT ... ORDER BY <index order> LIMIT n FOR UPDATE SKIP LOCKED` then
   `UPDATE ... WHERE local_id IN (...) AND state = 0` in one transaction, so concurrent dequeuers
   never wait for each other; servers without SKIP LOCKED get the original `UPDATE ... LIMIT`.
 - Enqueue is one multi-row INSERT per priority (split only to stay under max_allowed_packet).
@@ -17,15 +17,15 @@ Dialect choices (the rest is `sql_base.SQLShard`):
   innodb_autoinc_lock_mode 0 or 1 guarantees that for a multi-row INSERT of known row count
   (a "simple insert"); mode 2 ("interleaved", MySQL 8's default) does not, so there rows are
   inserted one statement each (still one transaction). MariaDB 10.11 defaults to mode 1.
-- Acks sharing status, delay and claim are applied as one `UPDATE ... WHERE local_id IN (...)`.
-- Eligibility and claim expiry use the server clock (`NOW(3)` read inside the transaction) plus
-  the shard's clock_offset_ms.
+- The clock is the server's (`NOW(3)`) plus the shard's clock_offset_ms. A call that is one
+  statement (an enqueue that is one INSERT, an ack request that is one UPDATE, a dequeue's
+  select) computes it inside that statement (`statement_clock`): no clock read before it, one
+  round trip fewer; a call of several statements reads it once first (`server_now`).
 """
 
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,22 +40,15 @@ from backends.mysql_pool import (
     translate,
 )
 from backends.shared_pools import SharedPools
-from backends.sql_base import (
-    MAX_ID_LIST,
-    QueryBook,
-    SQLDialect,
-    SQLShard,
-    _match_params,
-    id_chunks,
-    truncate_status,
-)
+from backends.sql_base import QueryBook, SQLDialect, SQLShard
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
 from pinlater.storage.descriptors import SHARD_NAME_PATTERN
 from pinlater.storage.errors import QueueNotFound, ShardError
-from pinlater.storage.models import Ack, ClaimMatch, DequeuedJob, NewJob, new_dequeued_job
 from pinlater.storage.specs import ConfigError, field_range, parse_shard_list
 
-MYSQL = SQLDialect(name="mysql", param_format="%({})s", quote_char="`")
+MYSQL = SQLDialect(
+    name="mysql", param_format="%({})s", quote_char="`", row_lock="FOR UPDATE SKIP LOCKED"
+)
 #: MySQL identifiers (database names) are at most 64 characters
 MAX_IDENTIFIER = 64
 #: bytes an INSERT statement may use beyond its rows' escaped values
@@ -144,26 +137,11 @@ class MySQLBackend(Backend):
     kind = "mysql"
     #: pools are keyed by connection settings and refcounted, so shards come and go freely
     supports_shard_reload = True
-    uses_storage_clock = True
-
-    #: backend options accepted (and ignored) so generic env overrides do not break MySQL configs
-    _IGNORED_OPTIONS = ("data_dir",)
 
     def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
         super().__init__(options, limits)
         self.pools: SharedPools[InstanceSettings, InstancePool] = SharedPools(InstancePool.close)
         self._prefixes: dict[str, str] = {}
-
-    @classmethod
-    def parse_options(cls, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
-        problems = [
-            f"{path}.{key}: unknown key (MySQL takes its settings per shard)"
-            for key in raw
-            if key not in cls._IGNORED_OPTIONS
-        ]
-        if problems:
-            raise ConfigError(problems)
-        return {}
 
     @classmethod
     def parse_shards(cls, raw: Any, options: Mapping[str, Any], path: str) -> list[ShardSpec]:
@@ -349,13 +327,7 @@ class MySQLShard(SQLShard):
         cur.execute(self.queries.render("server_now"))
         return int(cur.fetchone()[0]) + self.clock_offset_ms
 
-    def _clocked(self, sql: str) -> str:
-        """`sql` with every :now replaced by the statement clock (schema.sql statement_clock),
-        bound to `_clock_params()`: the statement reads the server clock itself."""
-        clock = self.queries.render("statement_clock")
-        return sql.replace(MYSQL.param("now"), clock)
-
-    def _clock_params(self) -> dict[str, Any]:
+    def _statement_clock(self) -> dict[str, Any]:
         return {"clock_offset": self.clock_offset_ms}
 
     def now_ms(self) -> int:
@@ -373,7 +345,7 @@ class MySQLShard(SQLShard):
         with self._read() as cur:
             return self._pool.info(cur)
 
-    # ---- enqueue ----
+    # ---- enqueue and claim strategies ----
     def _insert_jobs(self, cur: Any, sql: str, rows: list[dict[str, Any]]) -> list[int]:
         info = self._pool.info(cur)
         head, _, values = sql.rpartition("VALUES")
@@ -399,106 +371,12 @@ class MySQLShard(SQLShard):
             )
         return ids
 
-    def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[int]:
-        """As SQLShard.enqueue. A batch that is one INSERT (one priority, one packet, ids read
-        from that statement) uses the statement clock: no clock read before it (three round
-        trips instead of four)."""
+    def _one_insert_statement(self, rows: list[dict[str, Any]]) -> bool:
         info = self._pool.known_info() if self._pool is not None else None
-        if not jobs or info is None or len({job.priority for job in jobs}) != 1:
-            return super().enqueue(queue, jobs)
-        cap, clock = self.limits.status_cap, self._clock_params()
-        rows = [
-            {
-                "attempts": job.attempts_allowed,
-                "status": truncate_status(job.custom_status, cap),
-                "run_after": job.run_after_ms,
-                "body": bytes(job.body),
-                **clock,
-            }
-            for job in jobs
-        ]
-        if not _one_insert(rows, info):
-            return super().enqueue(queue, jobs)
-        table = self._job_table(None, queue, jobs[0].priority)
-        with self._write() as cur:
-            return self._insert_jobs(cur, self._clocked(self._sql("enqueue_insert", table)), rows)
+        return info is not None and _one_insert(rows, info)
 
-    # ---- dequeue ----
-    def dequeue(
-        self, queue: str, priority: int, limit: int, claim: str | None
-    ) -> list[DequeuedJob]:
-        if claim is None:
-            with self._read() as cur:
-                table = self._job_table(cur, queue, priority)
-                params = {"now": self._tx_now(cur), "limit": limit}
-                rows = self._run(cur, "dequeue_peek", table, params).fetchall()
-        else:
-            with self._write() as cur:
-                rows = self._claim(cur, queue, priority, limit, claim)
-        return [new_dequeued_job(priority, r[0], bytes(r[1]), r[2], r[3], claim) for r in rows]
-
-    def _claim(self, cur: Any, queue: str, priority: int, limit: int, claim: str) -> list:
-        table = self._job_table(cur, queue, priority)
-        if not self._pool.info(cur).skip_locked:
-            params = {"now": self._tx_now(cur), "limit": limit, "claim": claim}
-            claimed = self._run(cur, "dequeue_claim_limit", table, params).rowcount
-            return self._run(cur, "dequeue_claimed", table, params).fetchall() if claimed else []
-        cur.execute(
-            self._clocked(self._sql("dequeue_select", table)),
-            {"limit": limit, **self._clock_params()},
-        )
-        rows = cur.fetchall()
-        if rows:
-            params = {"now": rows[0][4], "claim": claim}  # the clock the select judged by
-            changed = self._by_ids(cur, "claim_by_ids", table, [r[0] for r in rows], params)[0]
-            if changed != len(rows):  # the rows are locked by us: cannot happen, never hide it
-                raise ShardError(self.name, f"claimed {changed} of {len(rows)} locked jobs")
-        return rows
-
-    # ---- acks ----
-    def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
-        """As SQLShard.ack, with one statement per group of acks sharing status, retry delay
-        and claim (a worker acking a dequeued batch sends one claim for all of it)."""
-        statements = [
-            (name, key, ids)
-            for name, acks in (("ack_success_ids", succeeded), ("ack_failure_ids", failed))
-            for key, ids in _ack_groups(acks).items()
-        ]
-        if len(statements) == 1 and len(statements[0][2]) <= MAX_ID_LIST:
-            return self._ack_alone(queue, *statements[0])
-        applied = 0
-        with self._write() as cur:
-            now = self._tx_now(cur)
-            if not statements:
-                self._require_queue(cur, queue)
-            for name, key, ids in statements:
-                table = self._job_table(cur, queue, key[0])
-                applied += self._by_ids(cur, name, table, ids, self._ack_params(key, now))[0]
-        return applied
-
-    def _ack_alone(self, queue: str, name: str, key: tuple, ids: list[int]) -> int:
-        """An ack request that is one UPDATE (the usual: a worker acks the batch it dequeued)
-        uses the statement clock: no clock read before it (three round trips instead of
-        four)."""
-        table = self._job_table(None, queue, key[0])
-        id_params = next(id_chunks(ids))
-        sql = self._clocked(self._sql(name, table, ids=len(id_params)))
-        with self._write() as cur:
-            cur.execute(sql, {**self._ack_params(key), **self._clock_params(), **id_params})
-            return max(cur.rowcount, 0)
-
-    def _ack_params(self, key: tuple, now: int | None = None) -> dict[str, Any]:
-        """Parameters of one ack group's UPDATE; `now` None for a statement-clock statement."""
-        _, status, delay, claim, source = key
-        params = {
-            "status": status,
-            "cap": self.limits.status_cap,
-            "delay": delay,
-            **_match_params(ClaimMatch(source, claim)),
-        }
-        if now is not None:
-            params["now"] = now
-        return params
+    def _claim_by_update_limit(self, cur: Any) -> bool:
+        return not self._pool.info(cur).skip_locked
 
     # ---- queues ----
     def create_queue(self, queue: str) -> None:
@@ -598,21 +476,6 @@ def durability_problems(
             f"the body cap ({body_cap} bytes, up to twice that escaped); raise it"
         )
     return warnings
-
-
-def _ack_groups(acks: Sequence[Ack]) -> dict[tuple, list[int]]:
-    """Local ids of acks sharing (priority, status, delay, claim, source): one UPDATE each."""
-    groups: dict[tuple, list[int]] = defaultdict(list)
-    for a in acks:
-        key = (
-            a.priority,
-            a.append_status or "",
-            max(a.retry_delay_ms, 0),
-            a.match.claim,
-            a.match.source,
-        )
-        groups[key].append(a.local_id)
-    return groups
 
 
 def _one_insert(rows: list[dict[str, Any]], info: ServerInfo) -> bool:

@@ -213,11 +213,9 @@ def translate(shard: str, exc: Exception, queue_of: Callable[[str], str | None])
     of this shard's), so "unknown table" becomes QueueNotFound(queue)."""
     code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
     message = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
-    if code in MISSING_CODES:
-        match = _MISSING_DB.search(message)
-        queue = queue_of(match.group(1)) if match else None
-        if queue is not None:
-            return QueueNotFound(queue)
+    queue = _missing_queue(code, message, queue_of)
+    if queue is not None:
+        return QueueNotFound(queue)
     if code in FULL_CODES or (code in (1030, 3, 1878) and _NO_SPACE.search(message)):
         return StorageFull(f"shard {shard}: MySQL error {code}: {message}")
     if code in RETRIABLE_CODES or isinstance(exc, pymysql.err.InterfaceError):
@@ -232,3 +230,11 @@ def translate(shard: str, exc: Exception, queue_of: Callable[[str], str | None])
     return ShardError(
         shard, f"MySQL error {code} ({type(exc).__name__}): {message}", retriable=False
     )
+
+
+def _missing_queue(code: int, message: str, queue_of: Callable[[str], str | None]) -> str | None:
+    """The queue an "unknown database/table" error names, if it is one of the shard's."""
+    if code not in MISSING_CODES:
+        return None
+    match = _MISSING_DB.search(message)
+    return queue_of(match.group(1)) if match else None

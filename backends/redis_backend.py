@@ -33,6 +33,7 @@ from redis.retry import Retry
 from backends import redis_keys as keys
 from backends.redis_scripts import Scripts
 from backends.shared_pools import SharedPools
+from pinlater.storage.acks import AckOutcome, group_acks
 from pinlater.storage.contract import Backend, BodyFilter, Shard, ShardSpec, StorageLimits
 from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
 from pinlater.storage.models import (
@@ -46,10 +47,9 @@ from pinlater.storage.models import (
     ScanBound,
     new_dequeued_job,
 )
-from pinlater.storage.specs import ConfigError, field_range, parse_shard_list
+from pinlater.storage.paging import FILTER_PAGE_SIZE, filtered
+from pinlater.storage.specs import field_range, parse_shard_list
 
-#: jobs read per page.lua call when a body filter is applied in Python
-FILTER_PAGE_SIZE = 500
 _RECORD_WIDTH = 11  # values per record from _lib.lua pl_append_record
 
 
@@ -71,7 +71,9 @@ class RedisShardSpec(ShardSpec):
 
     def pool_key(self) -> tuple:
         """Everything that identifies a connection (not the shard name)."""
-        return tuple(v for k, v in zip(_SPEC_FIELDS, self.connection_key()) if k != "name")
+        return tuple(
+            v for k, v in zip(_SPEC_FIELDS, self.connection_key(), strict=True) if k != "name"
+        )
 
 
 _SPEC_FIELDS = [f for f in RedisShardSpec.__dataclass_fields__ if f != "dequeue_only"]
@@ -80,23 +82,12 @@ _SPEC_FIELDS = [f for f in RedisShardSpec.__dataclass_fields__ if f != "dequeue_
 class RedisBackend(Backend):
     kind = "redis"
     supports_shard_reload = True
-    uses_storage_clock = True
-
-    #: backend options accepted (and ignored) so generic env overrides do not break Redis configs
-    _IGNORED_OPTIONS = ("data_dir",)
 
     def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
         super().__init__(options, limits)
         self._pools: SharedPools[tuple, redis.ConnectionPool] = SharedPools(
             lambda pool: pool.disconnect()
         )
-
-    @classmethod
-    def parse_options(cls, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
-        unknown = [k for k in raw if k not in cls._IGNORED_OPTIONS]
-        if unknown:
-            raise ConfigError([f"{path}.{k}: unknown key for the redis backend" for k in unknown])
-        return dict(raw)
 
     @classmethod
     def parse_shards(cls, raw: Any, options: Mapping[str, Any], path: str) -> list[ShardSpec]:
@@ -327,7 +318,9 @@ class RedisShard(Shard):
         return [queue, self._prefix(queue), self._offset(), priority, limit, claim]
 
     def _ack_args(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> list[Any]:
-        groups = _ack_groups(succeeded, failed)
+        """ack.lua's arguments: a few per ack group (pinlater/storage/acks.py), not 7 per ack,
+        so a typical batch is a handful of large arguments."""
+        groups = group_acks(succeeded, failed)
         args: list[Any] = [
             queue,
             self._prefix(queue),
@@ -335,8 +328,15 @@ class RedisShard(Shard):
             self.limits.status_cap,
             len(groups),
         ]
-        for header, ids in groups:
-            args += [*header, "".join(ids)]
+        for group in groups:
+            args += [
+                "S" if group.outcome is AckOutcome.SUCCESS else "F",
+                group.priority,
+                *_match_args(group.match),
+                _encode_text(group.append_status),
+                min(group.retry_delay_ms, keys.RA_MAX),
+                "".join(map(keys.id19, group.local_ids)),
+            ]
         return args
 
     def checkpoint(self, queue: str, checkpoints: Sequence[Checkpoint]) -> int:
@@ -392,15 +392,14 @@ class RedisShard(Shard):
             return int(self._run(self._scripts.count, queue, args))
         total, cap = 0, max(int(cap), 0)
         self._check_queue(queue)
+        window = "future" if future else "due"
         for priority in priorities:
             if total >= cap:
                 break
-            for _ in self._filtered(
-                queue, priority, state, "asc", "", "future" if future else "due", body_filter
-            ):
-                total += 1
-                if total >= cap:
-                    break
+            matches = self._matching(
+                queue, priority, state, "asc", "", window, body_filter, cap - total
+            )
+            total += sum(1 for _ in matches)
         return total
 
     def scan(
@@ -420,18 +419,20 @@ class RedisShard(Shard):
         if limit <= 0 or not bounds:
             self._check_queue(queue)
             return []
-        if body_filter is not None:
-            out = []
-            for priority, cursor in cursors.items():
-                found = 0
-                for record in self._filtered(
-                    queue, priority, state, "desc", cursor, window, body_filter
-                ):
-                    out.append(replace(record, body=None))
-                    found += 1
-                    if found >= limit:
-                        break
-            return out
+        if body_filter is None:
+            return self._scan_pages(queue, state, cursors, window, limit)
+        return [
+            replace(record, body=None)
+            for priority, cursor in cursors.items()
+            for record in self._matching(
+                queue, priority, state, "desc", cursor, window, body_filter, limit
+            )
+        ]
+
+    def _scan_pages(
+        self, queue: str, state: JobState, cursors: Mapping[int, str], window: str, limit: int
+    ) -> list[JobRecord]:
+        """One page per priority (descending, after its cursor), pipelined: one round trip."""
         with self._errors(queue):
             pipe = self._client.pipeline(transaction=False)
             for priority, cursor in cursors.items():
@@ -476,26 +477,23 @@ class RedisShard(Shard):
         if body_filter is None or limit <= 0:
             args = [queue, self._prefix(queue), priority, int(state), max(int(limit), 0), 0]
             return int(self._run(self._scripts.delete_jobs, queue, args))
-        deleted, cursor = 0, ""
-        while deleted < limit:
-            records, scanned, cursor = self._page(
-                queue, priority, state, "asc", cursor, "all", FILTER_PAGE_SIZE, with_body=True
-            )
-            matches = [keys.id19(r.local_id) for r in records if body_filter(r.body or b"")]
-            matches = matches[: limit - deleted]
-            if matches:
-                args = [
-                    queue,
-                    self._prefix(queue),
-                    priority,
-                    int(state),
-                    len(matches),
-                    len(matches),
-                    *matches,
-                ]
-                deleted += int(self._run(self._scripts.delete_jobs, queue, args))
-            if scanned < FILTER_PAGE_SIZE:
-                break
+        # Filter first (page by page), then delete the matches, guarded by state in Lua: a job
+        # that moved on meanwhile is left alone.
+        matches = self._matching(queue, priority, state, "asc", "", "all", body_filter, limit)
+        ids = [keys.id19(record.local_id) for record in matches]
+        deleted = 0
+        for start in range(0, len(ids), FILTER_PAGE_SIZE):
+            chunk = ids[start : start + FILTER_PAGE_SIZE]
+            args = [
+                queue,
+                self._prefix(queue),
+                priority,
+                int(state),
+                len(chunk),
+                len(chunk),
+                *chunk,
+            ]
+            deleted += int(self._run(self._scripts.delete_jobs, queue, args))
         return deleted
 
     # ---- janitor ----
@@ -590,7 +588,7 @@ class RedisShard(Shard):
         )
         return _records(flat[2:], with_body), int(flat[0]), flat[1].decode()
 
-    def _filtered(
+    def _matching(
         self,
         queue: str,
         priority: int,
@@ -599,18 +597,26 @@ class RedisShard(Shard):
         cursor: str,
         window: str,
         body_filter: BodyFilter,
+        limit: int,
     ) -> Iterator[JobRecord]:
-        """Records (with bodies) whose body passes the filter, page by page; the filter's own
-        errors (e.g. a PinLaterError for a regex over its budget) propagate."""
-        while True:
-            records, scanned, cursor = self._page(
-                queue, priority, state, direction, cursor, window, FILTER_PAGE_SIZE, with_body=True
+        """Up to `limit` records (with bodies) after `cursor` whose body passes the filter, read
+        page by page (pinlater/storage/paging.py); the filter's own errors (e.g. a
+        PinLaterError for a regex over its budget) propagate."""
+
+        def read_page(after: str | None, size: int) -> tuple[list[JobRecord], str | None]:
+            records, scanned, last = self._page(
+                queue,
+                priority,
+                state,
+                direction,
+                cursor if after is None else after,
+                window,
+                size,
+                with_body=True,
             )
-            for record in records:
-                if body_filter(record.body or b""):
-                    yield record
-            if scanned < FILTER_PAGE_SIZE:
-                return
+            return records, last if scanned == size else None
+
+        return filtered(read_page, _body, body_filter, limit)
 
 
 def _dequeued(flat: Sequence[Any], priority: int, claim: str) -> list[DequeuedJob]:
@@ -623,37 +629,16 @@ def _dequeued(flat: Sequence[Any], priority: int, claim: str) -> list[DequeuedJo
     ]
 
 
+def _body(record: JobRecord) -> bytes:
+    return record.body or b""
+
+
 def _encode_text(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
 def _decode_text(raw: bytes | None) -> str:
     return "" if raw is None else raw.decode("utf-8", "surrogatepass")
-
-
-def _ack_groups(succeeded: Sequence[Ack], failed: Sequence[Ack]) -> list[tuple[tuple, list[str]]]:
-    """Acks as ack.lua takes them: runs of consecutive acks (successes first, request order
-    kept) that share kind, priority, claim match, status and delay, each with its id19s. A
-    typical batch is one run, so redis-py packs a few large arguments instead of 7 per ack."""
-    groups: list[tuple[tuple, list[str]]] = []
-    last: tuple | None = None
-    for kind, acks in (("S", succeeded), ("F", failed)):
-        for ack in acks:
-            header = (
-                kind,
-                ack.priority,
-                *_match_args(ack.match),
-                ack.append_status,
-                ack.retry_delay_ms,
-            )
-            if header != last:
-                last = header
-                groups.append((header, []))
-            groups[-1][1].append(keys.id19(ack.local_id))
-    return [
-        ((kind, prio, mode, value, _encode_text(status), min(max(int(delay), 0), keys.RA_MAX)), ids)
-        for (kind, prio, mode, value, status, delay), ids in groups
-    ]
 
 
 def _match_args(match) -> tuple[str, str]:

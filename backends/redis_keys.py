@@ -26,9 +26,10 @@ key starts with the shard name):
 Jobs are fields of per-priority column hashes rather than a hash each, so enqueue, dequeue and
 ack read and write a whole batch with one variadic HMGET/HSET per column (a Lua redis.call costs
 microseconds; one per job dominated the scripts), and deleting a queue is UNLINK of a fixed set
-of keys. Every job is in exactly one ra<s> index (and, outside PENDING, the matching ua<s>). `id19` is the local id zero-padded to 19
-digits; `ra16` is run_after + RA_OFFSET zero-padded to 16 digits (run_after saturates to
-[RA_MIN, RA_MAX], far outside any real timestamp, so Lua doubles stay exact).
+of keys. Every job is in exactly one ra<s> index (and, outside PENDING, the matching ua<s>).
+`id19` is the local id zero-padded to 19 digits; `ra16` is run_after + RA_OFFSET zero-padded to
+16 digits (run_after saturates to [RA_MIN, RA_MAX], far outside any real timestamp, so Lua
+doubles stay exact).
 
 Scripts build job and index keys from the queue prefix inside Lua (as the original did), so the
 layout suits independent Redis instances, not Redis Cluster.

@@ -1,21 +1,30 @@
 """The shared SQL shard: every job primitive written once over named queries and dialect hooks.
 
-SQLite (`backends/sqlite.py`) and MySQL differ in layout (a queue registry vs a database per
-queue), transactions, clocks and a few SQL expressions, but not in the job transitions. So this
-module owns the transitions (which query, which parameters, batching, ordering, body-filter
-paging) and a dialect subclass provides:
+SQLite (`backends/sqlite.py`) and MySQL (`backends/mysql.py`) differ in layout (a queue registry
+vs a database per queue), transactions, clocks and a few SQL expressions, but not in the job
+transitions. So this module owns the transitions (which query, which parameters, batching,
+ordering, ack groups, body-filter paging) and a dialect subclass provides:
 
-- `dialect`: placeholder style and identifier quoting (`SQLDialect`), which also selects the
-  query directory `backends/queries/<dialect.name>/` (overriding `queries/common/` by name);
+- `dialect`: placeholder style, identifier quoting and row-lock clause (`SQLDialect`), which
+  also selects the query directory `backends/queries/<dialect.name>/`: it adds the queries
+  `queries/common/` lacks, and replaces a common one only with a stated reason (`QueryBook`);
 - `_write()` / `_read()`: a cursor inside one write transaction / one read snapshot;
 - `_job_table(cur, queue, priority)`: the job table's identifier parts, or `QueueNotFound`;
-- `_tx_now(cur)`: the shard clock in epoch ms for this transaction (SQLite: the injected process
-  clock; MySQL: `NOW(3)` read inside the transaction, so storage keeps one clock per shard);
-- `_insert_jobs(cur, sql, rows)`: run the batch insert and return the new ids in order;
+- the clock: `_tx_now(cur)`, the shard clock in epoch ms read for a transaction (SQLite: the
+  injected process clock; MySQL: `NOW(3)` read from the server, one round trip), and
+  `_statement_clock()`, the parameters of a `statement_clock` expression where the dialect can
+  compute `now` inside a statement (MySQL) so that a call that is one statement needs no clock
+  read before it;
+- `_insert_jobs(cur, sql, rows)`: run the batch insert and return the new ids in order, and
+  `_one_insert_statement(rows)`: whether that is one statement (so it may use the statement
+  clock);
+- `_claim_by_update_limit(cur)`: the claim strategy: False (the default) selects the eligible
+  rows (row-locked where the dialect has a lock clause) and claims them by id; True claims with
+  one `UPDATE ... ORDER BY ... LIMIT` and reads the rows back (MySQL servers without SKIP LOCKED);
 - the queue DDL primitives (`create_queue`, `delete_queue`, `queue_names`), `ping`, `close`.
 
 Queries take named parameters (`:now`, `:id` ...) and receive one dict per row; a dialect query
-may ignore parameters it does not need (e.g. MySQL may use `NOW(3)` instead of `:now`).
+may ignore parameters it does not need.
 """
 
 from __future__ import annotations
@@ -25,14 +34,16 @@ import dataclasses
 import functools
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pinlater.storage.acks import AckGroup, AckOutcome, group_acks
 from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
 from pinlater.storage.contract import BodyFilter, Shard
+from pinlater.storage.errors import ShardError
 from pinlater.storage.models import (
     Ack,
     Checkpoint,
@@ -45,13 +56,13 @@ from pinlater.storage.models import (
     ScanBound,
     new_dequeued_job,
 )
+from pinlater.storage.paging import filtered
 
 QUERY_DIR = Path(__file__).parent / "queries"
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_]+", re.ASCII)
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _NAME_LINE = re.compile(r"--\s*name:\s*(\w+)\s*$")
-#: rows fetched per page when a body filter is applied in Python (bodies may be 1 MiB each)
-FILTER_PAGE = 100
+_OVERRIDES_LINE = re.compile(r"--\s*overrides:\s*(\S.*?)\s*$")
 #: id lists are padded to a power of two up to this size (few distinct statement texts)
 MAX_ID_LIST = 1024
 _NO_ID = -1  # padding id: no job has it
@@ -60,13 +71,16 @@ _TOP = 2**63 - 1  # scan bound meaning "from the top"
 
 @dataclass(frozen=True)
 class SQLDialect:
-    """How one SQL engine spells parameters and identifiers."""
+    """How one SQL engine spells parameters, identifiers and row locks."""
 
     name: str
     #: format of a named parameter, e.g. ":{}" (sqlite3) or "%({})s" (pymysql)
     param_format: str
     #: identifier quote character: '"' (SQLite) or '`' (MySQL)
     quote_char: str
+    #: what `{lock}` becomes in a select whose rows a claim takes next in the same transaction
+    #: ("FOR UPDATE SKIP LOCKED" on MySQL; "" where the write transaction locks the database)
+    row_lock: str = ""
 
     def param(self, name: str) -> str:
         return self.param_format.format(name)
@@ -85,10 +99,13 @@ class NamedQuery:
     name: str
     doc: str
     sql: str
+    #: why a dialect's query replaces the common one of the same name (its `-- overrides:` line)
+    overrides: str | None = None
 
 
 def parse_named_queries(text: str, origin: str = "<sql>") -> dict[str, NamedQuery]:
-    """Split a `.sql` file into queries: `-- name: x`, one `-- what it does` line, the SQL."""
+    """Split a `.sql` file into queries: `-- name: x`, `-- what it does` lines (one of them may
+    be `-- overrides: <reason>`), the SQL."""
     queries: dict[str, NamedQuery] = {}
     blocks = re.split(r"(?m)^(?=--\s*name:)", text)
     for block in blocks[1:]:
@@ -102,32 +119,89 @@ def parse_named_queries(text: str, origin: str = "<sql>") -> dict[str, NamedQuer
         doc_end = 1
         while doc_end < len(lines) and lines[doc_end].startswith("--"):
             doc_end += 1
-        doc = " ".join(line.lstrip("- ").strip() for line in lines[1:doc_end])
-        queries[name] = NamedQuery(name, doc, "\n".join(lines[doc_end:]).strip())
+        doc, reason = _doc_and_reason(lines[1:doc_end])
+        queries[name] = NamedQuery(name, doc, "\n".join(lines[doc_end:]).strip(), reason)
     return queries
 
 
+def _doc_and_reason(comment_lines: Sequence[str]) -> tuple[str, str | None]:
+    """A query's description, and the reason of its `-- overrides:` line if it has one."""
+    reasons = [m.group(1) for m in map(_OVERRIDES_LINE.fullmatch, comment_lines) if m]
+    doc = " ".join(line.lstrip("- ").strip() for line in comment_lines)
+    return doc, reasons[0] if reasons else None
+
+
+def _read_folder(folder: Path) -> dict[str, NamedQuery]:
+    queries: dict[str, NamedQuery] = {}
+    for path in sorted(folder.glob("*.sql")):
+        for name, query in parse_named_queries(path.read_text(), str(path)).items():
+            if name in queries:
+                raise ValueError(f"{path}: query {name!r} is also defined in {folder}")
+            queries[name] = query
+    return queries
+
+
+def _dialect_queries(root: Path, dialect: str) -> dict[str, NamedQuery]:
+    """`common/` plus the dialect's folder. A dialect query may add a name common lacks, or
+    replace a common one when it says why (`-- overrides: <reason>`); a silent replacement, or
+    a reason for a query that replaces nothing, is an error at load."""
+    common = _read_folder(root / "common")
+    own = _read_folder(root / dialect)
+    for name, query in own.items():
+        if name in common and query.overrides is None:
+            raise ValueError(
+                f"queries/{dialect}: {name!r} replaces the common query of that name without "
+                "an '-- overrides: <reason>' line"
+            )
+        if name not in common and query.overrides is not None:
+            raise ValueError(
+                f"queries/{dialect}: {name!r} says it overrides a common query, but common/ "
+                "has no query of that name"
+            )
+    return {**common, **own}
+
+
 class QueryBook:
-    """The named queries of one dialect (`common/*.sql` overridden by `<dialect>/*.sql`), with
-    parameters converted to the dialect's style once, at load time."""
+    """The named queries of one dialect (`common/*.sql` plus `<dialect>/*.sql`), with parameters
+    converted to the dialect's style once, at load time.
+
+    Where the dialect has a `statement_clock` query (an expression for the shard clock), every
+    query that reads `:now` also exists "clocked": `:now` replaced by that expression, so the
+    statement reads the clock itself."""
 
     def __init__(self, dialect: SQLDialect, root: Path = QUERY_DIR):
         self.dialect = dialect
-        self.queries: dict[str, NamedQuery] = {}
-        for folder in ("common", dialect.name):
-            for path in sorted((root / folder).glob("*.sql")):
-                for name, query in parse_named_queries(path.read_text(), str(path)).items():
-                    sql = _PARAM.sub(lambda m: dialect.param(m.group(1)), query.sql)
-                    self.queries[name] = NamedQuery(name, query.doc, sql)
+        raw = _dialect_queries(root, dialect.name)
+        self.queries = {name: self._convert(query) for name, query in raw.items()}
+        self.clocked: dict[str, NamedQuery] = {}
+        if "statement_clock" in self.queries:
+            clock = self.queries["statement_clock"].sql
+            self.clocked = {name: self._convert(query, clock) for name, query in raw.items()}
         self.render = functools.lru_cache(maxsize=4096)(self._render)
 
-    def _render(self, name: str, ids: int = 0, **identifiers: tuple[str, ...]) -> str:
+    def _convert(self, query: NamedQuery, clock: str | None = None) -> NamedQuery:
+        def param(match: re.Match) -> str:
+            name = match.group(1)
+            return clock if clock is not None and name == "now" else self.dialect.param(name)
+
+        return dataclasses.replace(query, sql=_PARAM.sub(param, query.sql))
+
+    def _render(
+        self,
+        name: str,
+        ids: int = 0,
+        clocked: bool = False,
+        lock: bool = False,
+        **identifiers: tuple[str, ...],
+    ) -> str:
         """The ONE place identifiers reach SQL text: `{table}` etc. become quoted, validated
-        identifiers; `{ids}` becomes `ids` bound parameters `id_0..`."""
+        identifiers; `{ids}` becomes `ids` bound parameters `id_0..`; `{lock}` the dialect's
+        row lock when `lock`. `clocked`: the statement-clock text (see the class docstring)."""
         values = {key: self.dialect.quote(parts) for key, parts in identifiers.items()}
         if ids:
             values["ids"] = ", ".join(self.dialect.param(f"id_{i}") for i in range(ids))
-        return self.queries[name].sql.format(**values)
+        values["lock"] = self.dialect.row_lock if lock else ""
+        return (self.clocked if clocked else self.queries)[name].sql.format(**values)
 
 
 def id_chunks(ids: Sequence[int]) -> Iterator[dict[str, int]]:
@@ -162,8 +236,12 @@ def _record(row: Sequence[Any], priority: int) -> JobRecord:
     )
 
 
-def _match_params(match: ClaimMatch) -> dict[str, Any]:
+def _claim_params(match: ClaimMatch) -> dict[str, Any]:
+    """The claim guard's parameters (`claim = :claim OR (:claim IS NULL AND source part ...)`)."""
     return {"claim": match.claim, "source": match.source, "source_pos": CLAIM_SOURCE_OFFSET + 1}
+
+
+_ACK_QUERY = {AckOutcome.SUCCESS: "ack_success", AckOutcome.FAILURE: "ack_failure"}
 
 
 class SQLShard(Shard):
@@ -186,24 +264,64 @@ class SQLShard(Shard):
     def _job_table(self, cur: Any, queue: str, priority: int) -> tuple[str, ...]:
         """Identifier parts of the queue's table for `priority`; raise QueueNotFound."""
 
+    def _require_queue(self, cur: Any, queue: str) -> None:
+        """Raise QueueNotFound for a call that has nothing to do on a missing queue."""
+        self._job_table(cur, queue, 1)
+
     def _tx_now(self, cur: Any) -> int:
         """The shard clock for this transaction (override where the storage owns the clock)."""
         return self.now_ms()
+
+    def _statement_clock(self) -> dict[str, Any] | None:
+        """Parameters of the dialect's `statement_clock` query when a statement can read the
+        shard clock itself; None (the default) binds `:now` from `_tx_now`, for a dialect whose
+        clock costs no round trip anyway (SQLite's is this process's)."""
+        return None
 
     @abc.abstractmethod
     def _insert_jobs(self, cur: Any, sql: str, rows: list[dict[str, Any]]) -> list[int]:
         """Insert rows with `sql` (enqueue_insert) and return their new local ids in order."""
 
+    def _one_insert_statement(self, rows: list[dict[str, Any]]) -> bool:
+        """Whether `_insert_jobs` stores `rows` with exactly one statement, known without a
+        round trip (then an enqueue of one priority may use the statement clock)."""
+        return False
+
+    def _claim_by_update_limit(self, cur: Any) -> bool:
+        """The claim strategy (see the module docstring): True where the storage cannot lock
+        just the rows it selects without waiting for other claimers."""
+        return False
+
     # ---- helpers ----
-    def _require_queue(self, cur: Any, queue: str) -> None:
-        """Raise QueueNotFound for a call that has nothing to do on a missing queue."""
-        self._job_table(cur, queue, 1)
+    def _now_params(self, cur: Any, one_statement: bool) -> tuple[dict[str, Any], bool]:
+        """How a call's statements read the clock: (parameters, clocked). A call of at most one
+        statement reads it inside that statement where the dialect can (no round trip of its
+        own); a call of several reads it once first, so all its statements agree on `now`."""
+        clock = self._statement_clock()
+        if clock is not None and one_statement:
+            return clock, True
+        return {"now": self._tx_now(cur)}, False
 
-    def _sql(self, name: str, table: tuple[str, ...], ids: int = 0) -> str:
-        return self.queries.render(name, ids=ids, table=table)
+    def _sql(
+        self,
+        name: str,
+        table: tuple[str, ...],
+        ids: int = 0,
+        clocked: bool = False,
+        lock: bool = False,
+    ) -> str:
+        return self.queries.render(name, ids=ids, clocked=clocked, lock=lock, table=table)
 
-    def _run(self, cur: Any, name: str, table: tuple[str, ...], params: Mapping[str, Any]):
-        cur.execute(self._sql(name, table), params)
+    def _run(
+        self,
+        cur: Any,
+        name: str,
+        table: tuple[str, ...],
+        params: Mapping[str, Any],
+        clocked: bool = False,
+        lock: bool = False,
+    ):
+        cur.execute(self._sql(name, table, clocked=clocked, lock=lock), params)
         return cur
 
     def _by_ids(
@@ -213,11 +331,13 @@ class SQLShard(Shard):
         table: tuple[str, ...],
         ids: Sequence[int],
         params: Mapping[str, Any],
+        clocked: bool = False,
     ) -> tuple[int, list]:
         """Run an `{ids}` query over `ids` in chunks; return (rows changed, rows fetched)."""
         changed, rows = 0, []
         for id_params in id_chunks(ids):
-            cur.execute(self._sql(name, table, ids=len(id_params)), {**params, **id_params})
+            sql = self._sql(name, table, ids=len(id_params), clocked=clocked)
+            cur.execute(sql, {**params, **id_params})
             if cur.description is not None:
                 rows.extend(cur.fetchall())
             else:
@@ -226,81 +346,96 @@ class SQLShard(Shard):
 
     # ---- jobs ----
     def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[int]:
-        ids: list[int | None] = [None] * len(jobs)
-        by_priority: dict[int, list[int]] = defaultdict(list)
-        for index, job in enumerate(jobs):
-            by_priority[job.priority].append(index)
+        """One insert per priority; a batch that is one statement reads the clock inside it."""
         cap = self.limits.status_cap
+        rows: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        indexes: dict[int, list[int]] = defaultdict(list)
+        for index, job in enumerate(jobs):
+            indexes[job.priority].append(index)
+            rows[job.priority].append(
+                {
+                    "attempts": job.attempts_allowed,
+                    "status": truncate_status(job.custom_status, cap),
+                    "run_after": job.run_after_ms,  # None: now (the query's COALESCE)
+                    "body": bytes(job.body),
+                }
+            )
+        one = not jobs or (len(rows) == 1 and self._one_insert_statement(rows[jobs[0].priority]))
+        ids: list[int] = [0] * len(jobs)
         with self._write() as cur:
-            now = self._tx_now(cur)
+            clock, clocked = self._now_params(cur, one)
             if not jobs:
                 self._require_queue(cur, queue)
-            for priority, indexes in by_priority.items():
+            for priority, batch in rows.items():
                 table = self._job_table(cur, queue, priority)
-                rows = [
-                    {
-                        "attempts": jobs[i].attempts_allowed,
-                        "status": truncate_status(jobs[i].custom_status, cap),
-                        "now": now,
-                        "run_after": now if jobs[i].run_after_ms is None else jobs[i].run_after_ms,
-                        "body": bytes(jobs[i].body),
-                    }
-                    for i in indexes
-                ]
-                new_ids = self._insert_jobs(cur, self._sql("enqueue_insert", table), rows)
-                for index, local_id in zip(indexes, new_ids, strict=True):
+                for row in batch:
+                    row.update(clock)
+                sql = self._sql("enqueue_insert", table, clocked=clocked)
+                new_ids = self._insert_jobs(cur, sql, batch)
+                for index, local_id in zip(indexes[priority], new_ids, strict=True):
                     ids[index] = local_id
-        return ids  # type: ignore[return-value]
+        return ids
 
     def dequeue(
         self, queue: str, priority: int, limit: int, claim: str | None
     ) -> list[DequeuedJob]:
         if claim is None:
             with self._read() as cur:
-                rows = self._select_eligible(cur, queue, priority, limit)[2]
+                rows = self._eligible(cur, self._job_table(cur, queue, priority), limit, False)
         else:
             with self._write() as cur:
-                table, now, rows = self._select_eligible(cur, queue, priority, limit)
-                if rows:
-                    self._by_ids(
-                        cur,
-                        "claim_by_ids",
-                        table,
-                        [r[0] for r in rows],
-                        {"claim": claim, "now": now},
-                    )
+                rows = self._claim(cur, self._job_table(cur, queue, priority), limit, claim)
         return [new_dequeued_job(priority, r[0], bytes(r[1]), r[2], r[3], claim) for r in rows]
 
-    def _select_eligible(self, cur: Any, queue: str, priority: int, limit: int):
-        table = self._job_table(cur, queue, priority)
-        now = self._tx_now(cur)
-        rows = self._run(cur, "dequeue_select", table, {"now": now, "limit": limit}).fetchall()
-        return table, now, rows
+    def _eligible(self, cur: Any, table: tuple[str, ...], limit: int, lock: bool) -> list:
+        """dequeue_select: (local_id, body, allowed, remaining, now) of up to `limit` eligible
+        jobs in dequeue order, row-locked for a claim when `lock`."""
+        clock, clocked = self._now_params(cur, True)
+        params = {**clock, "limit": limit}
+        return self._run(cur, "dequeue_select", table, params, clocked, lock).fetchall()
+
+    def _claim(self, cur: Any, table: tuple[str, ...], limit: int, claim: str) -> list:
+        """Claim up to `limit` eligible jobs for `claim`; their rows (as `_eligible`'s, the
+        first four columns) in dequeue order."""
+        if self._claim_by_update_limit(cur):
+            params = {"now": self._tx_now(cur), "limit": limit, "claim": claim}
+            if not self._run(cur, "dequeue_claim_limit", table, params).rowcount:
+                return []
+            return self._run(cur, "dequeue_claimed", table, params).fetchall()
+        rows = self._eligible(cur, table, limit, True)
+        if rows:
+            params = {"now": rows[0][4], "claim": claim}  # the clock the select judged by
+            changed = self._by_ids(cur, "claim_by_ids", table, [r[0] for r in rows], params)[0]
+            if changed != len(rows):  # the rows are ours (locked): cannot happen, never hide it
+                raise ShardError(self.name, f"claimed {changed} of {len(rows)} selected jobs")
+        return rows
 
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
-        cap = self.limits.status_cap
+        """One statement per ack group (pinlater/storage/acks.py); the usual request (a worker
+        acking the batch it dequeued) is one group, one statement, reading the clock inside it
+        where the dialect can."""
+        groups = group_acks(succeeded, failed)
+        one = not groups or (len(groups) == 1 and len(groups[0].local_ids) <= MAX_ID_LIST)
         applied = 0
         with self._write() as cur:
-            now = self._tx_now(cur)
-            if not succeeded and not failed:
+            clock, clocked = self._now_params(cur, one)
+            if not groups:
                 self._require_queue(cur, queue)
-            for name, acks in (("ack_success", succeeded), ("ack_failure", failed)):
-                for priority, group in _by_priority(acks).items():
-                    table = self._job_table(cur, queue, priority)
-                    rows = [
-                        {
-                            "id": a.local_id,
-                            "status": a.append_status or "",
-                            "cap": cap,
-                            "now": now,
-                            "delay": max(a.retry_delay_ms, 0),
-                            **_match_params(a.match),
-                        }
-                        for a in group
-                    ]
-                    cur.executemany(self._sql(name, table), rows)
-                    applied += max(cur.rowcount, 0)
+            for group in groups:
+                table = self._job_table(cur, queue, group.priority)
+                params = {**self._ack_params(group), **clock}
+                name = _ACK_QUERY[group.outcome]
+                applied += self._by_ids(cur, name, table, group.local_ids, params, clocked)[0]
         return applied
+
+    def _ack_params(self, group: AckGroup) -> dict[str, Any]:
+        """The parameters of one ack group's statement, besides the clock and the ids."""
+        return {
+            "status": group.append_status,
+            "cap": self.limits.status_cap,
+            "delay": group.retry_delay_ms,
+            **_claim_params(group.match),
+        }
 
     def checkpoint(self, queue: str, checkpoints: Sequence[Checkpoint]) -> int:
         cap = self.limits.status_cap
@@ -323,7 +458,7 @@ class SQLShard(Shard):
                         "body": None if c.new_body is None else bytes(c.new_body),
                         "attempts": c.attempts_allowed,
                         "status": c.prepend_status or "",
-                        **_match_params(c.match),
+                        **_claim_params(c.match),
                     }
                     for c in group
                 ]
@@ -371,8 +506,9 @@ class SQLShard(Shard):
                     name = "count_future" if future else "count_current"
                     total += self._run(cur, name, table, params).fetchone()[0]
                 else:
-                    pages = self._scan_pages(cur, table, state, future, now, None, True)
-                    total += len(_take(pages, priority, cap - total, body_filter))
+                    window = _ScanWindow(table, priority, state, future, now)
+                    matches = self._matching(cur, window, None, body_filter, cap - total)
+                    total += sum(1 for _ in matches)
         return min(total, cap)
 
     def scan(
@@ -390,46 +526,50 @@ class SQLShard(Shard):
             if not bounds:
                 self._require_queue(cur, queue)
             for priority, bound in bounds.items():
-                table = self._job_table(cur, queue, priority)
-                pages = self._scan_pages(
-                    cur, table, state, future, now, bound, body_filter is not None, limit
+                window = _ScanWindow(
+                    self._job_table(cur, queue, priority), priority, state, future, now
                 )
-                found = _take(pages, priority, limit, body_filter)
-                records.extend(r if r.body is None else _without_body(r) for r in found)
+                if body_filter is None:
+                    rows = self._scan_page(cur, window, bound, limit, with_body=False)
+                    records.extend(_record(row, priority) for row in rows)
+                else:
+                    matches = self._matching(cur, window, bound, body_filter, limit)
+                    records.extend(_without_body(r) for r in matches)
         return records
 
-    def _scan_pages(
+    def _scan_page(
+        self, cur: Any, window: _ScanWindow, bound: ScanBound | None, size: int, with_body: bool
+    ) -> list:
+        """Up to `size` rows of the window strictly after `bound` (None: from the top) in
+        (run_after DESC, local_id DESC) order; bodies only `with_body`."""
+        ra, last = (_TOP, _TOP) if bound is None else (bound.run_after_ms, bound.local_id)
+        params = {
+            "state": int(window.state),
+            "now": window.now,
+            "ra": ra,
+            "id": last,
+            "limit": size,
+            "with_body": int(with_body),
+        }
+        name = "scan_future" if window.future else "scan_current"
+        return self._run(cur, name, window.table, params).fetchall()
+
+    def _matching(
         self,
         cur: Any,
-        table: tuple[str, ...],
-        state: JobState,
-        future: bool,
-        now: int,
+        window: _ScanWindow,
         bound: ScanBound | None,
-        with_body: bool,
-        limit: int = FILTER_PAGE,
-    ) -> Iterator[list]:
-        """Pages of rows after `bound` in (run_after DESC, local_id DESC) order; bodies (and
-        small pages) only when a filter needs them."""
-        ra, last = (_TOP, _TOP) if bound is None else (bound.run_after_ms, bound.local_id)
-        page = min(limit, FILTER_PAGE) if with_body else limit
-        name = "scan_future" if future else "scan_current"
-        while True:
-            params = {
-                "state": int(state),
-                "now": now,
-                "ra": ra,
-                "id": last,
-                "limit": page,
-                "with_body": int(with_body),
-            }
-            rows = self._run(cur, name, table, params).fetchall()
-            if not rows:
-                return
-            yield rows
-            if len(rows) < page:
-                return
-            last, ra = rows[-1][0], rows[-1][6]
+        body_filter: BodyFilter,
+        limit: int,
+    ) -> Iterator[JobRecord]:
+        """Up to `limit` records of the window after `bound` whose body passes the filter."""
+
+        def read_page(after: ScanBound | None, size: int):
+            rows = self._scan_page(cur, window, after or bound, size, with_body=True)
+            last = ScanBound(rows[-1][6], rows[-1][0]) if len(rows) == size else None
+            return [_record(row, window.priority) for row in rows], last
+
+        return filtered(read_page, _body, body_filter, limit)
 
     def retry_failed(
         self,
@@ -462,26 +602,27 @@ class SQLShard(Shard):
         # on meanwhile is left alone.
         with self._read() as cur:
             table = self._job_table(cur, queue, priority)
-            ids = self._filtered_ids(cur, table, state, limit, body_filter)
+            ids = self._matching_ids(cur, table, state, body_filter, limit)
         if not ids:
             return 0
         with self._write() as cur:
             table = self._job_table(cur, queue, priority)
             return self._by_ids(cur, "delete_by_ids", table, ids, {"state": int(state)})[0]
 
-    def _filtered_ids(
-        self, cur: Any, table: tuple[str, ...], state: JobState, limit: int, body_filter: BodyFilter
+    def _matching_ids(
+        self, cur: Any, table: tuple[str, ...], state: JobState, body_filter: BodyFilter, limit: int
     ) -> list[int]:
-        ids: list[int] = []
-        ra, last = -_TOP - 1, 0
-        while len(ids) < limit:
-            params = {"state": int(state), "ra": ra, "id": last, "limit": FILTER_PAGE}
+        """Ids of up to `limit` jobs in `state` whose body passes, oldest run_after first."""
+
+        def read_page(after: tuple[int, int] | None, size: int):
+            ra, last = (-_TOP - 1, 0) if after is None else after
+            params = {"state": int(state), "ra": ra, "id": last, "limit": size}
             rows = self._run(cur, "page_by_state", table, params).fetchall()
-            ids.extend(row[0] for row in rows if body_filter(bytes(row[2])))
-            if len(rows) < FILTER_PAGE:
-                break
-            last, ra = rows[-1][0], rows[-1][1]
-        return ids[:limit]
+            return rows, (rows[-1][1], rows[-1][0]) if len(rows) == size else None
+
+        return [
+            row[0] for row in filtered(read_page, lambda row: bytes(row[2]), body_filter, limit)
+        ]
 
     # ---- janitor ----
     def reclaim_expired(
@@ -512,19 +653,20 @@ def _by_priority(items: Sequence[Any]) -> dict[int, list[Any]]:
     return groups
 
 
-def _take(
-    pages: Iterator[list], priority: int, limit: int, body_filter: Callable[[bytes], bool] | None
-) -> list[JobRecord]:
-    """Up to `limit` records from `pages` that pass the filter (stops fetching when enough)."""
-    found: list[JobRecord] = []
-    for rows in pages:
-        for row in rows:
-            record = _record(row, priority)
-            if body_filter is None or body_filter(record.body or b""):
-                found.append(record)
-                if len(found) >= limit:
-                    return found
-    return found
+@dataclass(frozen=True, slots=True)
+class _ScanWindow:
+    """What a scan or count reads: one job table's jobs in `state`, due (run_after <= now) or
+    in the future."""
+
+    table: tuple[str, ...]
+    priority: int
+    state: JobState
+    future: bool
+    now: int
+
+
+def _body(record: JobRecord) -> bytes:
+    return record.body or b""
 
 
 def _without_body(record: JobRecord) -> JobRecord:

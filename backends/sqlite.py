@@ -57,18 +57,13 @@ class SQLiteShardSpec(ShardSpec):
 class SQLiteBackend(Backend):
     kind = "sqlite"
     supports_shard_reload = True  # opening and closing a shard is just opening a file
-    uses_storage_clock = False  # no server: the clock is this process's (injectable)
 
     def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
         super().__init__({**DEFAULT_OPTIONS, **options}, limits)
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
-        problems = [
-            f"{path}.{key}: unknown key (expected one of {', '.join(DEFAULT_OPTIONS)})"
-            for key in raw
-            if key not in DEFAULT_OPTIONS
-        ]
+        problems = cls.unknown_options(raw, list(DEFAULT_OPTIONS), path)
         options = {**DEFAULT_OPTIONS, **{k: v for k, v in raw.items() if k in DEFAULT_OPTIONS}}
         if not isinstance(options["data_dir"], str) or not options["data_dir"].strip():
             problems.append(f"{path}.data_dir: must be a non-empty path")
@@ -79,13 +74,7 @@ class SQLiteBackend(Backend):
                 f"{', '.join(SYNCHRONOUS_MODES)}"
             )
         options["synchronous"] = mode
-        timeout = options["busy_timeout_ms"]
-        if isinstance(timeout, str) and timeout.isascii() and timeout.isdigit():
-            timeout = options["busy_timeout_ms"] = int(timeout)
-        if isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 <= timeout <= 600_000:
-            problems.append(
-                f"{path}.busy_timeout_ms: expected an integer in 0..600000, got {timeout!r}"
-            )
+        options["busy_timeout_ms"] = _busy_timeout(options["busy_timeout_ms"], path, problems)
         if not callable(options["clock"]):
             problems.append(f"{path}.clock: must be a callable returning epoch seconds")
         if problems:
@@ -116,6 +105,16 @@ class SQLiteBackend(Backend):
             busy_timeout_ms=self.options["busy_timeout_ms"],
             clock=self.options["clock"],
         )
+
+
+def _busy_timeout(value: Any, path: str, problems: list[str]) -> Any:
+    """busy_timeout_ms as an int in 0..600000 (digits in a string are accepted: environment
+    overrides are strings); a problem is recorded otherwise."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 600_000:
+        problems.append(f"{path}.busy_timeout_ms: expected an integer in 0..600000, got {value!r}")
+    return value
 
 
 def shard_file(data_dir: str, spec: SQLiteShardSpec) -> Path:

@@ -10,12 +10,15 @@ Starts a throwaway mariadbd (innodb_flush_log_at_trx_commit=1, never the system 
 
 and prints jobs/s with p50/p99 request latency for each (the dequeue numbers count jobs
 dequeued AND acked; its latency covers the dequeue call plus the ack call). Then the same
-batches against the shard primitives directly (no Thrift, no server), for comparison.
+batches against the shard primitives directly (no Thrift, no server), for comparison, and the
+statements each shard primitive sends (the server's `Questions` counter: every statement is one
+round trip, BEGIN and COMMIT included), which, unlike the rates, does not vary from run to run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -143,6 +146,56 @@ def shard_direct(db: MariaDBServer, jobs: int, threads: int, body_size: int) -> 
     backend.close()
 
 
+def round_trips(db: MariaDBServer, calls: int = 20) -> None:
+    """Statements (= round trips) per call of the shard primitives, one thread, warm pool."""
+    backend = MySQLBackend({}, StorageLimits())
+    spec = MySQLBackend.parse_shards([db.shard("1", pool_size=2)], {}, "b")[0]
+    shard = backend.open_shard(spec)
+    shard.create_queue("trips")
+    source = "bench-trips"
+    jobs = [NewJob(body=b"x" * 100)] * BATCH
+    two_priorities = [NewJob(body=b"x", priority=1 + i % 2) for i in range(BATCH)]
+
+    def claimed() -> list[Ack]:
+        got = shard.dequeue("trips", 1, BATCH, new_claim(source))
+        return [Ack(1, j.local_id, ClaimMatch(source, j.claim)) for j in got]
+
+    def ready() -> None:  # a full batch to dequeue (enqueued before the counting starts)
+        shard.enqueue("trips", jobs)
+
+    # label -> (unmeasured preparation, measured step taking what the preparation returned)
+    steps = {
+        "enqueue 100 (1 priority)": (lambda: None, lambda _: shard.enqueue("trips", jobs)),
+        "enqueue 100 (2 priorities)": (
+            lambda: None,
+            lambda _: shard.enqueue("trips", two_priorities),
+        ),
+        "dequeue 100": (ready, lambda _: claimed()),
+        "dequeue 100 dry run": (ready, lambda _: shard.dequeue("trips", 1, BATCH, None)),
+        "ack 100 success": (lambda: ready() or claimed(), lambda a: shard.ack("trips", a, [])),
+        "ack 100 failure": (lambda: ready() or claimed(), lambda a: shard.ack("trips", [], a)),
+    }
+    with contextlib.closing(db.connect()) as conn, conn.cursor() as cur:
+
+        def questions() -> int:
+            cur.execute("SHOW GLOBAL STATUS LIKE 'Questions'")
+            return int(cur.fetchone()[1])
+
+        overhead = -questions() + questions()  # what one reading of the counter adds
+        ready()  # warm: pooled connection, server capabilities
+        for label, (prepare, step) in steps.items():
+            total = 0
+            for _ in range(calls):
+                prepared = prepare()
+                before = questions()
+                step(prepared)
+                total += questions() - before - overhead
+            print(f"round trips: {label:<28} {total / calls:5.2f} statements", flush=True)
+    shard.delete_queue("trips")
+    shard.close()
+    backend.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=200_000)
@@ -154,6 +207,9 @@ def main() -> int:
         help="innodb_buffer_pool_size of the throwaway server (512M)",
     )
     parser.add_argument("--skip-direct", action="store_true")
+    parser.add_argument(
+        "--round-trips-only", action="store_true", help="only count statements per primitive"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-mysql-") as tmp:
         db = MariaDBServer(
@@ -170,9 +226,11 @@ def main() -> int:
                 f"body {args.body} B, buffer pool {args.buffer_pool}",
                 flush=True,
             )
-            through_server(db, Path(tmp), args.jobs, args.concurrency, args.body)
-            if not args.skip_direct:
+            if not args.round_trips_only:
+                through_server(db, Path(tmp), args.jobs, args.concurrency, args.body)
+            if not (args.skip_direct or args.round_trips_only):
                 shard_direct(db, args.jobs, args.concurrency, args.body)
+            round_trips(db)
         finally:
             db.cleanup()
     return 0

@@ -9,8 +9,9 @@
 --         kind ('S' success / 'F' failure), priority, claim mode ('1' exact claim,
 --         '0' source part), claim or source, status to append, retry delay ms (>= 0),
 --         the group's job ids as concatenated 19-character id19 strings.
--- A group is a run of consecutive acks sharing everything but the id (the caller keeps the
--- request's order), so a batch of 100 acks is a handful of arguments, not 700 small ones.
+-- A group is acks sharing everything but the id (pinlater/storage/acks.py group_acks, which
+-- keeps every job's acks in request order), so a batch of 100 acks is a handful of arguments,
+-- not 700 small ones.
 -- Success: ra1/ua1 -> ra2/ua2 (ua = now), status appended, claim kept.
 -- Failure with attempts remaining > 1: -> ra0 with run_after = now + delay, remaining - 1,
 --   claim cleared; else -> ra3/ua3 with remaining 0. Status appended, updated_at = now.

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+from pinlater.common.sections import ConfigError
 from pinlater.storage.models import (
     Ack,
     Checkpoint,
@@ -196,7 +197,7 @@ class Shard(abc.ABC):
         """Settings of this shard that would lose accepted jobs on a crash (empty = durable)."""
         return []
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: a shard may hold nothing to release
         """Release connections. Idempotent."""
 
 
@@ -206,8 +207,10 @@ class Backend(abc.ABC):
     kind: ClassVar[str]
     #: the shard map can change at run time (add/remove shards, flip dequeue_only)
     supports_shard_reload: ClassVar[bool] = False
-    #: eligibility and claim expiry use the storage server's clock (not this process's)
-    uses_storage_clock: ClassVar[bool] = True
+    #: options every kind accepts under `backend:`, used or not: the server's `--data-dir` flag
+    #: and PINLATER_DATA_DIR set `data_dir` without knowing the kind, so a deployment that sets
+    #: them must not break when it switches to a kind without a data directory
+    GENERIC_OPTIONS: ClassVar[tuple[str, ...]] = ("data_dir",)
 
     def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
         self.options = options
@@ -221,8 +224,26 @@ class Backend(abc.ABC):
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
-        """Validate backend-wide options (everything under `backend:` except kind/shards)."""
-        return dict(raw)
+        """Validate backend-wide options (everything under `backend:` except kind/shards) and
+        return the ones the kind uses; raise ConfigError listing every problem. The default
+        suits a kind that takes none: GENERIC_OPTIONS are accepted and dropped, any other key is
+        an error."""
+        problems = cls.unknown_options(raw, (), path)
+        if problems:
+            raise ConfigError(problems)
+        return {}
+
+    @classmethod
+    def unknown_options(cls, raw: Mapping[str, Any], known: Sequence[str], path: str) -> list[str]:
+        """A problem for every key of `raw` that is neither in `known` nor generic."""
+        expected = (
+            f"expected one of {', '.join(known)}" if known else "settings go in each shard's entry"
+        )
+        return [
+            f"{path}.{key}: unknown key for the {cls.kind} backend ({expected})"
+            for key in raw
+            if key not in known and key not in cls.GENERIC_OPTIONS
+        ]
 
     @abc.abstractmethod
     def open_shard(self, spec: ShardSpec) -> Shard:
@@ -235,5 +256,5 @@ class Backend(abc.ABC):
         64-character identifiers minus the prefix), or None when only the config cap applies."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: a kind may share nothing between shards
         """Release anything shared between shards."""

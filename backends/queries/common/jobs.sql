@@ -3,18 +3,21 @@
 --   local_id, state (0 PENDING, 1 IN_PROGRESS, 2 SUCCEEDED, 3 FAILED), claim, attempts_allowed,
 --   attempts_remaining, custom_status, created_at, updated_at, run_after (epoch ms), body.
 -- Parameters are written `:name` and converted to the dialect's style when loaded; `{ids}`
--- expands to a list of bound id parameters. A dialect file may override any query by name.
+-- expands to a list of bound id parameters. A dialect file adds the queries this file lacks;
+-- it replaces one of these only with an `-- overrides: <reason>` line (else loading fails).
+-- `+state` keeps SQLite's planner on the primary key instead of a state index; MySQL ignores
+-- the unary plus (same plan either way).
 
 -- name: enqueue_insert
--- Store one new PENDING job (run with executemany; ids are read back by the dialect).
+-- Store one new PENDING job; a NULL :run_after means now (the dialect's `_insert_jobs` sends
+-- the rows and reads their ids back).
 INSERT INTO {table}
     (state, claim, attempts_allowed, attempts_remaining, custom_status,
      created_at, updated_at, run_after, body)
-VALUES (0, NULL, :attempts, :attempts, :status, :now, :now, :run_after, :body)
+VALUES (0, NULL, :attempts, :attempts, :status, :now, :now, COALESCE(:run_after, :now), :body)
 
 -- name: claim_by_ids
 -- Move the PENDING jobs just selected by dequeue_select to IN_PROGRESS under one claim.
--- (`+state` keeps the planner on the primary key instead of scanning a state index.)
 UPDATE {table}
 SET state = 1, claim = :claim, updated_at = :now
 WHERE local_id IN ({ids}) AND +state = 0

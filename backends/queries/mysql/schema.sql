@@ -45,9 +45,9 @@ SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE :patt
 SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
 
 -- name: statement_clock
--- The shard clock as an expression that replaces :now inside one statement (mysql.py
--- `_clocked`): NOW(3) is fixed for the whole statement, so every row it touches gets the same
--- time, and the statement needs no separate clock read first.
+-- The shard clock as an expression that replaces :now inside one statement (the QueryBook's
+-- "clocked" queries, sql_base.py): NOW(3) is fixed for the whole statement, so every row it
+-- touches gets the same time, and the statement needs no separate clock read first.
 (CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + :clock_offset)
 
 -- name: queue_probe

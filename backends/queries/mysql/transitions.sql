@@ -1,7 +1,9 @@
 -- MySQL/MariaDB state transitions on one job table {table} (columns in common/jobs.sql).
 -- Each transition is one guarded statement (expected state and claim in the WHERE clause), so
 -- a transition whose guard does not hold changes nothing; connections use CLIENT.FOUND_ROWS,
--- so row counts are rows matched. :now is the server clock read once per transaction.
+-- so row counts are rows matched. :now is the shard clock: the server's NOW(3) plus the
+-- shard's clock offset, read inside the statement where a call is one statement (schema.sql
+-- statement_clock), else read once per transaction (server_now).
 -- MySQL evaluates SET assignments left to right on the updated row: no assignment reads a
 -- column assigned before it (attempts_remaining always comes last).
 -- Status truncation keeps the newest :cap characters: RIGHT() when appending, LEFT() when
@@ -13,32 +15,19 @@
 -- which 'worker:host1 ' would equal 'worker:host1' (fencing is exact equality, semantics.md).
 
 -- name: dequeue_select
--- Eligible PENDING jobs, oldest run_after first then by id, row-locked for the claim that
--- follows in the same transaction; rows another dequeuer holds are skipped, never waited for.
--- ORDER BY must be the `ready` index order: ordering by anything else makes InnoDB filesort
--- and lock every candidate, starving concurrent dequeuers. Run with the statement clock
--- (mysql.py): the `now` column hands the claim the very time eligibility was judged by, so
--- the clock costs no round trip of its own.
+-- Eligible PENDING jobs, oldest run_after first then by id, and the time they were judged by.
+-- For a claim {lock} is FOR UPDATE SKIP LOCKED: the rows stay locked for the claim_by_ids
+-- that follows in the same transaction, and rows another dequeuer holds are skipped, never
+-- waited for; for a dry run it is empty. ORDER BY must be the `ready` index order: ordering
+-- by anything else makes InnoDB filesort and lock every candidate, starving concurrent
+-- dequeuers. Run with the statement clock (sql_base.py): the `now` column hands the claim the
+-- very time eligibility was judged by, so the clock costs no round trip of its own.
 SELECT local_id, body, attempts_allowed, attempts_remaining, :now AS now
 FROM {table} FORCE INDEX (ready)
 WHERE state = 0 AND run_after <= :now
 ORDER BY state, run_after, local_id
 LIMIT :limit
-FOR UPDATE SKIP LOCKED
-
--- name: dequeue_peek
--- dryRun: the jobs a dequeue would claim now, without locking or changing them.
-SELECT local_id, body, attempts_allowed, attempts_remaining
-FROM {table} FORCE INDEX (ready)
-WHERE state = 0 AND run_after <= :now
-ORDER BY state, run_after, local_id
-LIMIT :limit
-
--- name: claim_by_ids
--- Move the PENDING jobs just locked by dequeue_select to IN_PROGRESS under one claim.
-UPDATE {table}
-SET state = 1, claim = :claim, updated_at = :now
-WHERE local_id IN ({ids}) AND state = 0
+{lock}
 
 -- name: dequeue_claim_limit
 -- Claim for servers without SKIP LOCKED (the original's shape): concurrent dequeuers wait for
@@ -56,9 +45,9 @@ FROM {table}
 WHERE state = 1 AND updated_at = :now AND claim = :claim
 ORDER BY run_after, local_id
 
--- name: ack_success_ids
+-- name: ack_success
 -- IN_PROGRESS jobs with a matching claim -> SUCCEEDED; append status; the claim stays for
--- lookups. One statement for every ack of a request that shares status and claim.
+-- lookups. One statement per group of acks sharing status and claim (pinlater/storage/acks.py).
 UPDATE {table}
 SET state = 2,
     custom_status = RIGHT(CONCAT(custom_status, :status), :cap),
@@ -68,7 +57,7 @@ WHERE local_id IN ({ids}) AND state = 1
        OR (:claim IS NULL
            AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY)))
 
--- name: ack_failure_ids
+-- name: ack_failure
 -- IN_PROGRESS jobs with a matching claim -> PENDING (one attempt used, run_after = :now +
 -- :delay, claim cleared) when more than one attempt remains, else FAILED with none; append
 -- status.
@@ -142,16 +131,3 @@ DELETE FROM {table}
 WHERE state = :state
 ORDER BY state, run_after, local_id
 LIMIT :limit
-
--- name: delete_by_ids
--- Delete the given jobs if they are still in :state.
-DELETE FROM {table}
-WHERE local_id IN ({ids}) AND state = :state
-
--- name: enqueue_insert
--- Store one new PENDING job (mysql.py sends many rows as one multi-row INSERT); a NULL
--- :run_after means now, so a batch can run with the statement clock (no clock read first).
-INSERT INTO {table}
-    (state, claim, attempts_allowed, attempts_remaining, custom_status,
-     created_at, updated_at, run_after, body)
-VALUES (0, NULL, :attempts, :attempts, :status, :now, :now, COALESCE(:run_after, :now), :body)

@@ -8,25 +8,29 @@
 -- `+state` repeats it without letting the planner scan a state index instead of the id list.
 
 -- name: dequeue_select
--- Eligible PENDING jobs, oldest run_after first then by id (claimed next by claim_by_ids).
-SELECT local_id, body, attempts_allowed, attempts_remaining
+-- Eligible PENDING jobs, oldest run_after first then by id, and the time they were judged by
+-- (claimed next by claim_by_ids; a write transaction holds SQLite's database lock, so no row
+-- lock is needed).
+SELECT local_id, body, attempts_allowed, attempts_remaining, :now AS now
 FROM {table}
 WHERE state = 0 AND run_after <= :now
 ORDER BY run_after, local_id
 LIMIT :limit
 
 -- name: ack_success
--- IN_PROGRESS with a matching claim -> SUCCEEDED; append status; the claim stays for lookups.
+-- IN_PROGRESS jobs with a matching claim -> SUCCEEDED; append status; the claim stays for
+-- lookups. One statement per group of acks sharing status and claim (pinlater/storage/acks.py).
 UPDATE {table}
 SET state = 2,
     custom_status = substr(custom_status || :status, -:cap),
     updated_at = :now
-WHERE local_id = :id AND state = 1
+WHERE local_id IN ({ids}) AND +state = 1
   AND (claim = :claim OR (:claim IS NULL AND substr(claim, :source_pos) = :source))
 
 -- name: ack_failure
--- IN_PROGRESS with a matching claim -> PENDING (one attempt used, run_after = :now + :delay,
--- claim cleared) when more than one attempt remains, else FAILED with none; append status.
+-- IN_PROGRESS jobs with a matching claim -> PENDING (one attempt used, run_after = :now +
+-- :delay, claim cleared) when more than one attempt remains, else FAILED with none; append
+-- status.
 UPDATE {table}
 SET state = CASE WHEN attempts_remaining > 1 THEN 0 ELSE 3 END,
     run_after = CASE WHEN attempts_remaining > 1 THEN :now + :delay ELSE run_after END,
@@ -34,7 +38,7 @@ SET state = CASE WHEN attempts_remaining > 1 THEN 0 ELSE 3 END,
     custom_status = substr(custom_status || :status, -:cap),
     updated_at = :now,
     attempts_remaining = CASE WHEN attempts_remaining > 1 THEN attempts_remaining - 1 ELSE 0 END
-WHERE local_id = :id AND state = 1
+WHERE local_id IN ({ids}) AND +state = 1
   AND (claim = :claim OR (:claim IS NULL AND substr(claim, :source_pos) = :source))
 
 -- name: checkpoint
