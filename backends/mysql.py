@@ -228,11 +228,15 @@ class MySQLShard(SQLShard):
         self._run(cur, "queue_probe", self._job_table(cur, queue, 1), {}).fetchall()
 
     # ---- connections and transactions ----
-    @contextmanager
-    def _connection(self) -> Iterator[Any]:
+    def _open_pool(self) -> InstancePool:
         pool = self._pool
         if pool is None:
             raise ShardError(self.name, "shard is closed", retriable=False)
+        return pool
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        pool = self._open_pool()
         try:
             conn = pool.connection()
         except pymysql.err.Error as exc:
@@ -343,11 +347,11 @@ class MySQLShard(SQLShard):
     def server_info(self) -> ServerInfo:
         """What the instance supports (read from it on first use)."""
         with self._read() as cur:
-            return self._pool.info(cur)
+            return self._open_pool().info(cur)
 
     # ---- enqueue and claim strategies ----
     def _insert_jobs(self, cur: Any, sql: str, rows: list[dict[str, Any]]) -> list[int]:
-        info = self._pool.info(cur)
+        info = self._open_pool().info(cur)
         head, _, values = sql.rpartition("VALUES")
         if not head:
             raise ValueError("enqueue_insert must end with a VALUES (...) row")
@@ -376,7 +380,7 @@ class MySQLShard(SQLShard):
         return info is not None and _one_insert(rows, info)
 
     def _claim_by_update_limit(self, cur: Any) -> bool:
-        return not self._pool.info(cur).skip_locked
+        return not self._open_pool().info(cur).skip_locked
 
     # ---- queues ----
     def create_queue(self, queue: str) -> None:
@@ -493,7 +497,7 @@ def _multi_row(
     statement, every value still a bound parameter."""
     parts, params = [], {}
     for i, row in enumerate(rows):
-        parts.append(_VALUES_PARAM.sub(lambda m, i=i: f"%({m.group(1)}_{i})s", values.strip()))
+        parts.append(_VALUES_PARAM.sub(rf"%(\1_{i})s", values.strip()))
         params.update({f"{key}_{i}": value for key, value in row.items()})
     return f"{head}VALUES {', '.join(parts)}{tail}", params
 

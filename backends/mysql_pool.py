@@ -115,6 +115,8 @@ class BoundedConnection(pymysql.connections.Connection):
     the connect timeout, as an operator setting `connect_timeout_seconds` expects.
     """
 
+    _read_timeout: float | None
+
     def connect(self, sock=None):
         read_timeout = self._read_timeout
         self._read_timeout = self.connect_timeout
@@ -132,8 +134,8 @@ def _bounded_connect(*args, **kwargs) -> BoundedConnection:
 
 
 # DBUtils reads the DB-API module (exception classes, thread safety) from the creator
-_bounded_connect.dbapi = pymysql
-_bounded_connect.threadsafety = pymysql.threadsafety
+setattr(_bounded_connect, "dbapi", pymysql)  # noqa: B010 - a function attribute, not typed
+setattr(_bounded_connect, "threadsafety", pymysql.threadsafety)  # noqa: B010
 
 
 class InstancePool:

@@ -247,7 +247,8 @@ class RedisShard(Shard):
 
     def queue_names(self) -> set[str]:
         with self._errors():
-            return {name.decode() for name in self._client.hkeys(self._registry)}
+            names = self._client.hkeys(self._registry)
+            return {n.decode() if isinstance(n, bytes) else n for n in names}
 
     # ---- jobs ----
     def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[int]:

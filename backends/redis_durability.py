@@ -8,6 +8,8 @@ See configs/redis-queue.conf for the settings we ship.
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 
 _SETTINGS = ("appendonly", "appendfsync", "maxmemory-policy", "no-appendfsync-on-rewrite")
@@ -17,7 +19,7 @@ def durability_warnings(shard: str, client: redis.Redis) -> list[str]:
     try:
         values = {}
         for name in _SETTINGS:
-            raw = client.config_get(name)
+            raw: dict[Any, Any] = client.config_get(name)
             values[name] = _text(raw.get(name.encode(), raw.get(name, b"")))
     except redis.exceptions.RedisError as exc:
         return [

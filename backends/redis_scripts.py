@@ -16,25 +16,11 @@ import functools
 from pathlib import Path
 
 import redis
+from redis.commands.core import Script
 
 from backends.redis_keys import LUA_CONSTANTS
 
 LUA_DIR = Path(__file__).with_name("lua")
-SCRIPT_NAMES = (
-    "create_queue",
-    "delete_queue",
-    "enqueue",
-    "dequeue",
-    "ack",
-    "checkpoint",
-    "lookup",
-    "page",
-    "count",
-    "retry_failed",
-    "delete_jobs",
-    "reclaim",
-    "purge",
-)
 
 
 @functools.cache
@@ -56,8 +42,27 @@ def script_source(name: str) -> str:
 
 
 class Scripts:
-    """The operation scripts bound to one client: `scripts.enqueue(keys=..., args=...)`."""
+    """The operation scripts bound to one client: `scripts.enqueue(keys=..., args=...)`. Each
+    annotated attribute is the script of `lua/<name>.lua` (the annotations are the list)."""
+
+    create_queue: Script
+    delete_queue: Script
+    enqueue: Script
+    dequeue: Script
+    ack: Script
+    checkpoint: Script
+    lookup: Script
+    page: Script
+    count: Script
+    retry_failed: Script
+    delete_jobs: Script
+    reclaim: Script
+    purge: Script
 
     def __init__(self, client: redis.Redis):
         for name in SCRIPT_NAMES:
             setattr(self, name, client.register_script(script_source(name)))
+
+
+#: every operation's script name, in declaration order
+SCRIPT_NAMES = tuple(Scripts.__annotations__)

@@ -85,7 +85,7 @@ class SQLiteBackend(Backend):
     def parse_shards(cls, raw: Any, options: Mapping[str, Any], path: str) -> list[ShardSpec]:
         specs = parse_shard_list(SQLiteShardSpec, raw, path, default=[{"name": "1"}])
         data_dir = options.get("data_dir", DEFAULT_OPTIONS["data_dir"])
-        files = [shard_file(data_dir, spec) for spec in specs]  # type: ignore[arg-type]
+        files = [shard_file(data_dir, spec) for spec in specs]
         problems = [
             f"{path}[{i}].path: {files[i]} is used by another shard"
             for i in range(len(files))
@@ -93,7 +93,7 @@ class SQLiteBackend(Backend):
         ]
         if problems:
             raise ConfigError(problems)
-        return specs
+        return list[ShardSpec](specs)
 
     def open_shard(self, spec: ShardSpec) -> SQLiteShard:
         assert isinstance(spec, SQLiteShardSpec), spec

@@ -108,8 +108,9 @@ class PinLaterHandler:
         handed_out = 0
         try:
             riding = None  # acks of this queue go with the dequeue (one storage call)
+            counted = None
             if acks is not None and acks[0] == queue:
-                riding = acks[1:]
+                riding, counted = acks[1:], acks
             elif acks is not None:
                 self._apply_acks(acks)
             jobs = self.store.dequeue(
@@ -120,8 +121,8 @@ class PinLaterHandler:
                 coverage=coverage,
                 acks=riding,
             )
-            if riding is not None:
-                self._count_acks(acks)
+            if counted is not None:
+                self._count_acks(counted)
             handed_out = len(jobs)
         finally:
             self.observer.after_dequeue(queue, handed_out)
@@ -188,7 +189,9 @@ class PinLaterHandler:
         self._source(context)
         check.request_present(request)
         queue = self._queue(request.queueName)
-        continuation = check.text(request.continuation, "continuation", default=CONTINUATION_START)
+        continuation = check.text(request.continuation, "continuation")
+        if continuation is None:
+            continuation = CONTINUATION_START
         limit = check.limit(
             100 if request.limit is None else request.limit, self.limits.max_scan_limit
         )

@@ -152,7 +152,7 @@ class ShardedBackend:
                 continue
             try:
                 shard.ping()
-            except Exception as exc:  # any failure keeps it down
+            except Exception as exc:  # noqa: BLE001 - any failure keeps it down
                 log.debug("shard %s still unhealthy: %s", name, exc)
                 continue
             self.health.record_success(name)
@@ -253,7 +253,7 @@ class ShardedBackend:
                 continue
             return [
                 JobDescriptor(queue, name, job.priority, local_id)
-                for job, local_id in zip(jobs, ids)
+                for job, local_id in zip(jobs, ids, strict=True)
             ]
         if isinstance(last, ShardFull):
             raise EnqueueRejected(f"storage full: {last.message}")
@@ -290,7 +290,7 @@ class ShardedBackend:
         if not healthy:
             raise NoHealthyShards(f"no healthy shard to dequeue from (examined {names})")
         run = _DequeueRun(self, queue, limit, claim)
-        if lead is not None:
+        if lead is not None and claim is not None:  # a lead is chosen only for a real claim
             healthy.remove(lead)
             healthy.insert(0, lead)
             jobs = self._lead_dequeue(queue, lead, acks, limit, claim)
@@ -370,7 +370,7 @@ class ShardedBackend:
             groups[(d.queue, d.shard)].append((d.priority, d.local_id))
         found: dict[JobDescriptor, JobRecord] = {}
         for (queue, name), refs in groups.items():
-            for record in self.call(name, lambda s: s.lookup(queue, refs, include_body)):
+            for record in self.call(name, _lookup_call(queue, refs, include_body)):
                 found[JobDescriptor(queue, name, record.priority, record.local_id)] = record
         return found
 
@@ -456,7 +456,7 @@ class ShardedBackend:
         for name in names:
             if left <= 0:
                 break
-            left -= self.call(name, lambda s: op(s, left))
+            left -= self.call(name, _with_limit(op, left))
         return limit - left
 
     def _priorities(self, priority: int | None) -> list[int]:
@@ -547,3 +547,15 @@ def _bound(cursor: tuple[int, str, int, int] | None, shard: str, priority: int) 
         return ScanBound(run_after, c_id)
     after = (shard, priority) > (c_shard, c_priority)
     return ScanBound(run_after, MAX_LOCAL_ID if after else 0)
+
+
+def _lookup_call(
+    queue: str, refs: list[tuple[int, int]], include_body: bool
+) -> Callable[[Shard], list[JobRecord]]:
+    """One shard's lookup, its arguments bound now (not by the loop that builds it)."""
+    return lambda shard: shard.lookup(queue, refs, include_body)
+
+
+def _with_limit(op: Callable[[Shard, int], int], limit: int) -> Callable[[Shard], int]:
+    """`op` with this shard's share of the limit bound now."""
+    return lambda shard: op(shard, limit)
