@@ -23,6 +23,8 @@ from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.sharded import ShardedBackend
 from tests.support import mysql_env
 
+pytestmark = pytest.mark.backend("mysql")
+
 BATCH = 10
 BATCHES_BEFORE_KILL = 30
 BATCHES_AFTER_KILL = 30

@@ -27,6 +27,8 @@ from pinlater.storage.errors import ShardError
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from tests.support import redis_env
 
+pytestmark = pytest.mark.backend("redis")
+
 BATCH = 20
 KILL_AFTER_BATCHES = 60
 STREAM_DEADLINE_SECONDS = 20

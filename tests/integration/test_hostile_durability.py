@@ -16,6 +16,7 @@ def redis_config(redis_server, require_durable: bool | None) -> dict:
     return {"janitor": {"enabled": False}, "backend": backend}
 
 
+@pytest.mark.backend("redis")
 def test_require_durable_refuses_redis_without_aof(tmp_path):
     with running_server(tmp_path / "redis", appendonly=False) as redis_server:
         server = ServerProcess(redis_config(redis_server, True), tmp_path)
@@ -32,6 +33,7 @@ def test_require_durable_refuses_redis_without_aof(tmp_path):
         assert "Traceback" not in log
 
 
+@pytest.mark.backend("redis")
 def test_without_the_switch_non_durable_redis_only_warns(tmp_path):
     with running_server(tmp_path / "redis", appendonly=False) as redis_server:
         with ServerProcess(redis_config(redis_server, None), tmp_path) as server:
@@ -41,6 +43,7 @@ def test_without_the_switch_non_durable_redis_only_warns(tmp_path):
         assert "DURABILITY: shard r1" in server.log()
 
 
+@pytest.mark.backend("redis")
 def test_require_durable_starts_on_durable_redis(tmp_path):
     with running_server(tmp_path / "redis", appendonly=True) as redis_server:
         with ServerProcess(redis_config(redis_server, True), tmp_path) as server:

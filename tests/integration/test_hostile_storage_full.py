@@ -116,6 +116,7 @@ def check_server(server: ServerProcess, make_room) -> None:
     assert "Traceback" not in server.log()
 
 
+@pytest.mark.backend("sqlite")
 def test_sqlite_on_a_full_disk_answers_every_call_clearly(tmp_path):
     with small_tmpfs(tmp_path / "disk", "3m") as disk:
         config = {"janitor": {"enabled": False}, "backend": {"data_dir": str(disk)}}
@@ -125,6 +126,7 @@ def test_sqlite_on_a_full_disk_answers_every_call_clearly(tmp_path):
             check_server(server, ballast.unlink)
 
 
+@pytest.mark.backend("redis")
 def test_redis_over_maxmemory_answers_every_call_clearly(tmp_path):
     with running_server(tmp_path / "redis") as redis_server:
         admin = redis_server.client()

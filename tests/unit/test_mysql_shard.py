@@ -26,6 +26,8 @@ from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.shard_kit import MAIN, OTHER, Capabilities, Storage, exercise
 from tests.support import mysql_env
 
+pytestmark = pytest.mark.backend("mysql")
+
 SOURCE = "worker:unit"
 _names = itertools.count()
 

@@ -26,6 +26,8 @@ from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.shard_kit import Capabilities, Storage, exercise
 from tests.support import redis_env
 
+pytestmark = pytest.mark.backend("redis")
+
 SOURCE = "worker:host1"
 REPO = Path(__file__).resolve().parents[2]
 HOUR_MS = 3_600_000

@@ -19,6 +19,8 @@ from pinlater.storage.errors import ShardError
 from pinlater.storage.models import JobState, NewJob
 from pinlater.storage.shard_kit import Capabilities, Storage, exercise
 
+pytestmark = pytest.mark.backend("sqlite")
+
 T0 = 1_700_000_000.0
 T0_MS = int(T0 * 1000)
 REPO = Path(__file__).resolve().parents[2]

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
+
 from backends.sqlite import SQLiteBackend
 from pinlater.storage.shard_kit import MAIN, OTHER, Capabilities, Storage, exercise
+
+pytestmark = pytest.mark.backend("sqlite")
 
 
 @contextlib.contextmanager
