@@ -1,6 +1,7 @@
 """Storage backends by name. Imports are lazy so the SQLite default needs no Redis/MySQL libs.
 
-Only the composition root (`pinlater.server`) and config validation pick a backend by name.
+Only the composition root (`pinlater.app`) picks a backend by name; it hands `backend_class` to
+the config loader so that each backend validates its own config section.
 """
 
 from __future__ import annotations
