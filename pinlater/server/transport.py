@@ -3,12 +3,16 @@
 Two pieces, both free of threads and server state so they are easy to test:
 
 - `FrameReader` reads one length-prefixed frame at a time. The 4-byte big-endian length is
-  checked (1..max_frame_bytes) BEFORE anything is allocated, the first byte of a frame is awaited
-  under the idle timeout, and the rest of the frame must arrive within one frame deadline (the
-  slowloris bound). A bad length raises `FrameError`; the caller closes that connection only.
+  checked (1..max_frame_bytes) BEFORE anything is allocated, and a frame's payload is kept as the
+  pieces that arrived (never preallocated from the header: a 4-byte header claiming 16 MiB costs
+  4 bytes, not 16 MiB). The first byte of a frame is awaited under the idle timeout, and the rest
+  must arrive within one frame deadline (the slowloris bound). A bad length raises `FrameError`;
+  the caller closes that connection only. The reader keeps a started frame across calls, so a
+  pool thread can give up on a slow frame after a short `hold` (`FrameIncomplete`) and the
+  server's selector thread can finish it with `read_available` (non-blocking).
   Socket timeouts are changed only when they differ (`set_timeout`: each change is a syscall):
-  the idle wait runs in steps of the frame timeout, which the server also sends under, so a
-  request that arrives in one piece changes no timeout at all.
+  the idle wait runs in steps of the frame timeout, so a request that arrives in one piece
+  changes no timeout at all.
 - `Dispatcher` turns one request frame into one reply frame: it decodes with thriftpy2's Cython
   binary protocol from memory, calls the handler method named in the message, and encodes the
   reply into memory. Because each request is decoded from and encoded into its own buffer, a
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -39,8 +44,12 @@ log = logging.getLogger("pinlater.transport")
 
 _HEADER = struct.Struct("!i")
 _RECV_CHUNK = 65536
+#: the largest recv of a long frame's payload (recv allocates its whole size up front)
+_PAYLOAD_CHUNK = 256 * 1024
 #: the smallest read buffer thriftpy2's buffered transport accepts
 _MIN_DECODE_BUFFER = 4096
+#: a non-blocking socket has nothing to read (plain or TLS) or TLS must write first
+WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class FrameError(Exception):
@@ -55,11 +64,17 @@ class FrameTimeout(Exception):
     """A started frame did not arrive completely within the frame deadline."""
 
 
+class FrameIncomplete(Exception):
+    """A started frame is not complete after the caller's `hold` (its frame deadline has not
+    passed). The bytes so far stay in the reader; reading can resume later."""
+
+
 class FrameReader:
     """Reads length-prefixed frames from a connected socket.
 
     `on_frame_start` is called when the first byte of a frame has arrived (the connection stops
     being idle); the server uses it to tell idle connections from ones with a request in flight.
+    `closed` becomes True when the peer closed the connection between frames.
     """
 
     def __init__(
@@ -70,15 +85,46 @@ class FrameReader:
     ):
         self._sock = sock
         self._max = max_frame_bytes
+        #: bytes after the last frame handed out: a header, or whole frames, or a frame's start
         self._pending = bytearray()
+        #: the payload pieces of a frame longer than what `_pending` held; None between frames
+        self._chunks: list[bytes] | None = None
+        #: payload bytes that frame still misses
+        self._need = 0
+        #: a complete frame that `read_available` assembled, handed out by `read_frame`
+        self._ready: bytes | None = None
+        #: when the started frame must be complete (monotonic); None when no frame is started
+        self.frame_deadline: float | None = None
+        self.closed = False
         self._on_frame_start = on_frame_start
 
-    def read_frame(self, idle_timeout: float, frame_timeout: float) -> bytes | None:
-        """The next frame's payload; None on a clean close or idle timeout between frames.
+    @property
+    def in_frame(self) -> bool:
+        """Some bytes of a frame that is not complete yet have arrived."""
+        return bool(self._pending) or self._chunks is not None
 
-        Raises FrameError (bad length), FrameTimeout, PeerClosed or OSError.
+    @property
+    def has_frame(self) -> bool:
+        """A complete frame is buffered (`read_frame` returns it without any I/O)."""
+        return self._ready is not None
+
+    def start_deadline(self, frame_timeout: float) -> float:
+        """The started frame's deadline, set now if it has none yet."""
+        if self.frame_deadline is None:
+            self.frame_deadline = time.monotonic() + frame_timeout
+        return self.frame_deadline
+
+    def read_frame(
+        self, idle_timeout: float, frame_timeout: float, hold: float | None = None
+    ) -> bytes | None:
+        """The next frame's payload; None on a clean close (then `closed` is set) or when no
+        frame started within `idle_timeout`.
+
+        With `hold`, a started frame is awaited at most that long in this call (FrameIncomplete
+        after it, the frame kept). Raises FrameError (bad length), FrameTimeout, PeerClosed,
+        FrameIncomplete or OSError.
         """
-        if not self._pending:
+        if self._ready is None and not self._pending and self._chunks is None:
             chunk = self._wait_first_bytes(idle_timeout, frame_timeout)
             if not chunk:
                 return None
@@ -88,20 +134,58 @@ class FrameReader:
                     self._on_frame_start()
                 return payload
             self._pending += chunk
+        else:
+            frame = self.take_buffered()
+            if frame is not None:
+                return frame
         if self._on_frame_start is not None:
             self._on_frame_start()
-        deadline = time.monotonic() + frame_timeout
-        while len(self._pending) < 4:
-            self._recv_more(deadline)
-        (size,) = _HEADER.unpack_from(self._pending)
-        if size <= 0 or size > self._max:
-            raise FrameError(describe_bad_length(size, bytes(self._pending[:4]), self._max))
-        end = 4 + size
-        if len(self._pending) >= end:
-            frame = bytes(self._pending[4:end])
-            del self._pending[:end]
-            return frame
-        return self._read_rest(size, deadline)
+        deadline = self.start_deadline(frame_timeout)
+        limit = deadline if hold is None else min(deadline, time.monotonic() + hold)
+        while True:
+            frame = self._advance()
+            if frame is not None:
+                return frame
+            self._recv_more(limit, deadline)
+
+    def take_buffered(self) -> bytes | None:
+        """A complete frame that is already buffered (pipelined behind the last one, or
+        assembled by `read_available`), without any I/O; None when there is none."""
+        frame = self._ready
+        if frame is not None:
+            self._ready = None
+        elif self._pending or self._chunks is not None:
+            frame = self._advance()
+            if frame is None:
+                return None
+        else:
+            return None
+        if self._on_frame_start is not None:
+            self._on_frame_start()
+        return frame
+
+    def read_available(self, frame_timeout: float) -> bool:
+        """Read what has arrived on a NON-BLOCKING socket, without waiting; True once a
+        complete frame is buffered (`read_frame` hands it out). A frame started here gets its
+        deadline now. At a clean close between frames `closed` is set; raises PeerClosed (close
+        inside a frame), FrameError or OSError."""
+        while self._ready is None:
+            frame = self._advance()
+            if frame is not None:
+                self._ready = frame
+                break
+            try:
+                chunk = self._sock.recv(self._chunk_size())
+            except WOULD_BLOCK:
+                return False
+            if not chunk:
+                if self.in_frame:
+                    raise PeerClosed("peer closed the connection inside a frame")
+                self.closed = True
+                return False
+            self.start_deadline(frame_timeout)
+            self._append(chunk)
+        return True
 
     def _whole_frame(self, chunk: bytes) -> bytes | None:
         """The payload when `chunk` is exactly one frame of a valid length, else None (the
@@ -112,6 +196,43 @@ class FrameReader:
         if 0 < size <= self._max and len(chunk) == 4 + size:
             return chunk[4:]
         return None
+
+    def _advance(self) -> bytes | None:
+        """The next frame if the bytes buffered complete it; checks a header as soon as it is
+        whole. A frame longer than what arrived moves from `_pending` to `_chunks`."""
+        if self._chunks is not None:
+            if self._need:
+                return None
+            frame = b"".join(self._chunks)
+            self._chunks = None
+            self.frame_deadline = None
+            return frame
+        pending = self._pending
+        if len(pending) < 4:
+            return None
+        (size,) = _HEADER.unpack_from(pending)
+        if size <= 0 or size > self._max:
+            raise FrameError(describe_bad_length(size, bytes(pending[:4]), self._max))
+        end = 4 + size
+        if len(pending) >= end:
+            frame = bytes(pending[4:end])
+            del pending[:end]
+            self.frame_deadline = None
+            return frame
+        self._chunks = [bytes(pending[4:])]
+        self._need = end - len(pending)
+        pending.clear()
+        return None
+
+    def _chunk_size(self) -> int:
+        return min(self._need, _PAYLOAD_CHUNK) if self._chunks is not None else _RECV_CHUNK
+
+    def _append(self, chunk: bytes) -> None:
+        if self._chunks is not None:
+            self._chunks.append(chunk)
+            self._need -= len(chunk)
+        else:
+            self._pending += chunk
 
     def _wait_first_bytes(self, idle_timeout: float, step: float) -> bytes:
         """The first bytes to arrive within `idle_timeout` (b"" on idle timeout or close),
@@ -128,40 +249,30 @@ class FrameReader:
                 wait = min(wait, deadline - time.monotonic())
                 if wait <= 0:
                     return b""
+        if not chunk:
+            self.closed = True
         return chunk
 
-    def _recv_more(self, deadline: float) -> None:
-        self._set_deadline(deadline)
-        chunk = self._recv(self._sock.recv, _RECV_CHUNK)
-        self._pending += chunk
-
-    def _read_rest(self, size: int, deadline: float) -> bytes:
-        """Allocate exactly `size` bytes (already checked against the cap) and fill them."""
-        frame = bytearray(size)
-        have = len(self._pending) - 4
-        frame[:have] = self._pending[4:]
-        self._pending.clear()
-        view = memoryview(frame)
-        while have < size:
-            self._set_deadline(deadline)
-            have += self._recv(self._sock.recv_into, view[have:])
-        return bytes(frame)
-
-    def _set_deadline(self, deadline: float) -> None:
-        remaining = deadline - time.monotonic()
+    def _recv_more(self, limit: float, deadline: float) -> None:
+        """One recv of the started frame, waiting until `limit` at most: FrameTimeout when
+        `limit` is the frame deadline, FrameIncomplete when it is the caller's hold."""
+        remaining = limit - time.monotonic()
         if remaining <= 0:
-            raise FrameTimeout("frame not complete within the frame read timeout")
+            raise self._timeout(limit, deadline)
         set_timeout(self._sock, remaining)
+        try:
+            chunk = self._sock.recv(self._chunk_size())
+        except TimeoutError:
+            raise self._timeout(limit, deadline) from None
+        if not chunk:
+            raise PeerClosed("peer closed the connection inside a frame")
+        self._append(chunk)
 
     @staticmethod
-    def _recv(fn: Callable[[Any], Any], arg: Any) -> Any:
-        try:
-            got = fn(arg)
-        except TimeoutError:
-            raise FrameTimeout("frame not complete within the frame read timeout") from None
-        if not got:
-            raise PeerClosed("peer closed the connection inside a frame")
-        return got
+    def _timeout(limit: float, deadline: float) -> Exception:
+        if limit < deadline:
+            return FrameIncomplete("frame not complete yet")
+        return FrameTimeout("frame not complete within the frame read timeout")
 
 
 def set_timeout(sock: socket.socket, seconds: float | None) -> None:

@@ -1,5 +1,6 @@
 """FrameReader's socket timeouts: the idle wait, the whole-frame deadline, and no settimeout
-syscall for a request that arrives in one piece."""
+syscall for a request that arrives in one piece; a started frame kept across calls (the pool
+thread's hold, the selector's non-blocking reads) and never preallocated from its header."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ import time
 
 import pytest
 
-from pinlater.server.transport import FrameReader, FrameTimeout, frame, set_timeout
+from pinlater.server.transport import (
+    FrameError,
+    FrameIncomplete,
+    FrameReader,
+    FrameTimeout,
+    PeerClosed,
+    frame,
+    set_timeout,
+)
 
 
 class CountingSocket:
@@ -157,3 +166,95 @@ def _read_all(chunks, whole_frame_fast_path):
 )
 def test_whole_frame_fast_path_reads_exactly_what_the_general_path_reads(chunks):
     assert _read_all(chunks, True) == _read_all(chunks, False)
+
+
+# ---- a frame kept across calls: the pool thread's hold, the selector's non-blocking reads ----
+
+
+def test_a_frame_not_complete_after_the_hold_is_kept_and_finished_later(pair):
+    client, server = pair
+    reader = FrameReader(server, 1 << 20)
+    client.sendall(frame(b"0123456789")[:7])
+    started = time.monotonic()
+    with pytest.raises(FrameIncomplete):
+        reader.read_frame(5.0, 5.0, hold=0.2)
+    assert 0.15 <= time.monotonic() - started < 1.5
+    assert reader.in_frame and not reader.has_frame
+    deadline = reader.frame_deadline
+    assert deadline is not None and deadline > time.monotonic() + 4
+    client.sendall(frame(b"0123456789")[7:])
+    assert reader.read_frame(5.0, 5.0, hold=0.2) == b"0123456789"
+    assert not reader.in_frame and reader.frame_deadline is None
+
+
+def test_the_hold_never_stretches_the_frame_deadline(pair):
+    client, server = pair
+    reader = FrameReader(server, 1 << 20)
+    client.sendall(frame(b"abc")[:5])
+    with pytest.raises(FrameTimeout):
+        reader.read_frame(5.0, 0.2, hold=3.0)
+
+
+def test_read_available_assembles_frames_without_waiting(pair):
+    client, server = pair
+    server.setblocking(False)
+    reader = FrameReader(server, 1 << 20)
+    assert reader.read_available(5.0) is False  # nothing yet: returns at once
+    assert not reader.in_frame and reader.frame_deadline is None
+    payload = b"x" * 300_000  # longer than one recv
+    client.sendall(frame(payload)[:1000])
+    assert reader.read_available(5.0) is False
+    assert reader.in_frame and reader.frame_deadline is not None
+    sender = threading.Thread(target=client.sendall, args=(frame(payload)[1000:] + frame(b"next"),))
+    sender.start()
+    deadline = time.monotonic() + 5
+    while not reader.read_available(5.0):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    sender.join(5)
+    assert reader.has_frame
+    assert reader.take_buffered() == payload
+    server.settimeout(1.0)
+    assert reader.read_frame(1.0, 1.0) == b"next"
+
+
+def test_read_available_reports_a_clean_close_and_a_close_inside_a_frame(pair):
+    client, server = pair
+    server.setblocking(False)
+    reader = FrameReader(server, 1 << 20)
+    client.sendall(frame(b"whole"))
+    client.shutdown(socket.SHUT_WR)
+    time.sleep(0.05)
+    assert reader.read_available(5.0) is True
+    assert reader.take_buffered() == b"whole"
+    assert reader.read_available(5.0) is False and reader.closed
+    other_client, other_server = socket.socketpair()
+    with other_client, other_server:
+        other_server.setblocking(False)
+        half = FrameReader(other_server, 1 << 20)
+        other_client.sendall(frame(b"cut short")[:6])
+        other_client.shutdown(socket.SHUT_WR)
+        time.sleep(0.05)
+        with pytest.raises(PeerClosed):
+            half.read_available(5.0)
+
+
+def test_a_header_claiming_a_huge_frame_costs_only_the_bytes_that_arrived(pair):
+    client, server = pair
+    server.setblocking(False)
+    reader = FrameReader(server, 1 << 30)
+    client.sendall(struct.pack("!i", (1 << 30) - 1) + b"abc")
+    time.sleep(0.05)
+    assert reader.read_available(5.0) is False
+    held = sum(len(c) for c in reader._chunks or []) + len(reader._pending)
+    assert held == 3
+
+
+def test_read_available_checks_the_length_before_anything_else(pair):
+    client, server = pair
+    server.setblocking(False)
+    reader = FrameReader(server, 64)
+    client.sendall(struct.pack("!i", 65))
+    time.sleep(0.05)
+    with pytest.raises(FrameError):
+        reader.read_available(5.0)
