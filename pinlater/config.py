@@ -41,21 +41,51 @@ class TlsConfig:
     key_file: str | None = None
     #: PEM CA bundle for client certificates; set = mutual TLS (clients without one are refused)
     client_ca_file: str | None = None
-    #: the whole handshake of one connection must finish within this long (in its own thread)
+    #: the whole handshake of one connection must finish within this long
     handshake_timeout_seconds: float = field(default=5.0, metadata=_range(0.05, 300))
 
 
 @dataclass(frozen=True)
 class ServerConfig:
+    """The Thrift listener and its connection limits (pinlater.server.reactor).
+
+    Idle connections cost no thread (one selector thread holds them), so the cap is set by
+    memory and file descriptors: about 2 KiB of server RSS per idle plain connection and 16 KiB
+    per idle TLS connection, measured with 5,000 (`scripts/bench_hostile.py --memory`; with a
+    thread per connection it was 35 and 74 KiB). The server raises its soft open-file limit to
+    fit max_connections.
+    """
+
     host: str = "127.0.0.1"
     port: int = field(default=9010, metadata=_range(0, 65535))
     #: largest accepted Thrift frame; checked from the 4-byte header before any allocation
     max_frame_bytes: int = field(default=16 * 1024 * 1024, metadata=_range(1024, 1 << 30))
-    max_connections: int = field(default=256, metadata=_range(1, 100_000))
+    #: connections open at once; beyond it (with none idle to evict) a new one is closed at once
+    max_connections: int = field(default=10_000, metadata=_range(1, 1_000_000))
+    #: connections from one client IP address; its next one is refused
+    max_connections_per_peer: int = field(default=1000, metadata=_range(1, 1_000_000))
+    #: from this fraction of max_connections on, a new connection evicts the connection idle the
+    #: longest, and idle connections close after idle_timeout_near_cap_seconds
+    connections_high_water: float = field(default=0.9, metadata=_range(0.01, 1))
+    #: a connection must have been idle this long to be evicted (one in use never is)
+    evict_idle_min_seconds: float = field(default=1.0, metadata=_range(0, 86_400))
     #: an idle client connection is closed after this long
     idle_timeout_seconds: float = field(default=300.0, metadata=_range(0.1, 86_400))
-    #: a frame, once started, must arrive completely within this long (slowloris bound)
+    #: the idle timeout while the server is at or above the high-water mark
+    idle_timeout_near_cap_seconds: float = field(default=10.0, metadata=_range(0.1, 86_400))
+    #: a frame, once started, must arrive completely within this long (slowloris bound); a
+    #: reply must be taken by the peer within this long too
     frame_read_timeout_seconds: float = field(default=10.0, metadata=_range(0.1, 3600))
+    #: slow connections (half a frame in, a reply not taken, a TLS handshake unfinished) at
+    #: once; over it the oldest is closed
+    max_slow_connections: int = field(default=1024, metadata=_range(1, 1_000_000))
+    #: slow connections of one client IP address; over it its oldest is closed
+    max_slow_connections_per_peer: int = field(default=64, metadata=_range(1, 1_000_000))
+    #: threads that serve connections with a request in progress (started when needed)
+    connection_threads: int = field(default=256, metadata=_range(1, 4096))
+    #: after a reply, the thread waits this long for the connection's next request before
+    #: handing it to the selector (0: at once); at most half the threads linger at a time
+    thread_linger_seconds: float = field(default=0.2, metadata=_range(0, 10))
     #: threads that run requests (the rest of the connections wait for a free one)
     worker_threads: int = field(default=32, metadata=_range(1, 4096))
     #: on SIGTERM/SIGINT, in-flight requests get this long to finish

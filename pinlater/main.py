@@ -180,7 +180,9 @@ def run(config: Config, sock: socket.socket, metrics_sock: socket.socket | None 
     try:
         app = App(config)
         app.start_background(metrics_sock)
-        rejections = Rejections(app.metrics.frame_rejected)
+        rejections = Rejections(
+            app.metrics.frame_rejected, count_refused=app.metrics.connection_refused
+        )
         server = Server(
             sock,
             config.server,

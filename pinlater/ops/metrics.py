@@ -153,6 +153,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.connections_refused = Counter(
+            "pinlater_connections_refused",
+            "connections refused at accept or closed to make room, by reason (fixed set: "
+            "pinlater.server.reactor.CONNECTION_REFUSAL_REASONS)",
+            ["reason"],
+            registry=r,
+        )
         self.password_refused = Counter(
             "pinlater_admin_password_refused",
             "admin passwords refused, by reason (wrong, client_limit, server_limit, busy)",
@@ -225,6 +232,9 @@ class Metrics:
 
     def frame_rejected(self, reason: str) -> None:
         self._child(self.frames_rejected, reason).inc()
+
+    def connection_refused(self, reason: str) -> None:
+        self._child(self.connections_refused, reason).inc()
 
     def shard_call(self, shard: str, seconds: float, ok: bool) -> None:
         self._child(self.shard_seconds, shard, "ok" if ok else "error").observe(seconds)

@@ -1,2 +1,3 @@
-"""The network side: accept loop and connections, framing, the wire check, TLS handshakes,
-admission caps and the HTTP endpoint (metrics, health)."""
+"""The network side: the selector thread (accept, connection limits, idle and slow
+connections), the connection thread pool, framing, the wire check, TLS handshakes, admission
+caps and the HTTP endpoint (metrics, health)."""

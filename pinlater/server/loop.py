@@ -1,18 +1,26 @@
-"""The accept loop, per-connection threads and graceful drain of the Thrift server.
+"""The Thrift server: composition of the selector thread, the connection thread pool and the
+request handling, plus graceful drain.
 
-Concurrency model: one daemon thread per connection, at most `max_connections` of them (a
-connection beyond the cap is accepted and closed at once, so the client fails fast instead of
-hanging in the listen backlog). Handler calls additionally take one of `worker_threads` slots,
-so storage never sees more concurrent requests than that however many clients are connected.
+Concurrency model (see pinlater.server.connection for who owns a connection when):
 
-TLS (`settings.tls.enabled`): the accept loop never does TLS work; each connection thread wraps
-its socket and completes the handshake under one total deadline (pinlater.server.tls), so a silent
-client cannot stall anyone else's handshake.
+- one selector thread (pinlater.server.reactor) accepts, enforces the connection limits
+  (per peer, total, eviction of the idlest near the cap, slow connections), and holds every
+  connection that is idle, half-way through a frame or a TLS handshake, or slow to take a reply;
+- a pool of at most `connection_threads` threads (pinlater.server.pool) serves connections with
+  a whole request in: each reads, runs and answers requests with plain blocking I/O and lingers
+  `thread_linger_seconds` for the next one before giving the connection back. Idle connections
+  thus cost no thread, and a half-sent frame never holds one;
+- handler calls additionally take one of `worker_threads` slots, so storage never sees more
+  concurrent requests than that however many clients are connected.
+
+TLS (`settings.tls.enabled`): the handshake runs in non-blocking steps under one total
+deadline (pinlater.server.tls); the selector waits for the peer, a pool thread does the crypto.
 
 Hostile input: a bad frame length, a frame that arrives too slowly, an unreadable message
 header or a failed handshake closes that connection; arguments that fail the wire check get a
 PROTOCOL_ERROR reply (pinlater.server.transport). Every such rejection goes through `Rejections`:
-counted by reason (pinlater_frames_rejected_total) and logged at most once per reason per 5 s.
+counted by reason (pinlater_frames_rejected_total) and logged at most once per reason per 5 s;
+so are refused and evicted connections (pinlater_connections_refused_total).
 
 Shutdown (`request_shutdown`, safe to call from a signal handler): the accept loop stops and the
 listening socket is closed; idle connections are closed right away; a connection with a request
@@ -23,9 +31,8 @@ connection is gone or `shutdown_grace_seconds` passed (True only in the first ca
 from __future__ import annotations
 
 import logging
-import os
 import queue
-import selectors
+import resource
 import socket
 import threading
 import time
@@ -35,20 +42,25 @@ from typing import TYPE_CHECKING
 from pinlater.config import ServerConfig
 from pinlater.handler import context
 from pinlater.server import tls
-from pinlater.server.transport import (
-    Dispatcher,
-    FrameError,
-    FrameReader,
-    FrameTimeout,
-    MalformedRequest,
-    PeerClosed,
-    frame,
-    set_timeout,
-)
+from pinlater.server.connection import Connection, current_connection
+from pinlater.server.pool import ThreadPool
+from pinlater.server.reactor import CONNECTION_REFUSAL_REASONS, Reactor
+from pinlater.server.transport import Dispatcher
 from pinlater.server.wirecheck import REASONS as WIRE_REASONS
 
 if TYPE_CHECKING:
     from pinlater.server.admission import Admission
+
+__all__ = [
+    "CONNECTION_REFUSAL_REASONS",
+    "REJECT_REASONS",
+    "Connection",
+    "RateLimitedLog",
+    "Rejections",
+    "Server",
+    "current_connection",
+    "worker_slots",
+]
 
 log = logging.getLogger("pinlater.server")
 
@@ -81,6 +93,7 @@ REJECT_REASONS = (
     "malformed",
     "tls_handshake",
     "decode_error",
+    "write_timeout",
 ) + WIRE_REASONS
 
 
@@ -88,9 +101,15 @@ class Rejections:
     """Where rejected input is reported: `count(reason)` (a metric) and a rate-limited log."""
 
     def __init__(
-        self, count: Callable[[str], None] | None = None, warnings: RateLimitedLog | None = None
+        self,
+        count: Callable[[str], None] | None = None,
+        warnings: RateLimitedLog | None = None,
+        count_refused: Callable[[str], None] | None = None,
     ):
+        """`count(reason)` counts rejected frames (REJECT_REASONS), `count_refused(reason)`
+        refused or evicted connections (CONNECTION_REFUSAL_REASONS)."""
         self._count = count
+        self._count_refused = count_refused
         self._warnings = warnings or RateLimitedLog()
 
     def reject(self, reason: str, peer: str, detail: object, closing: bool = True) -> None:
@@ -104,6 +123,14 @@ class Rejections:
             reason,
             detail,
         )
+
+    def refuse_connection(self, reason: str, peer: str, detail: str) -> None:
+        """A connection refused at accept, or closed to make room (`reason` in
+        CONNECTION_REFUSAL_REASONS)."""
+        if self._count_refused is not None:
+            self._count_refused(reason)
+        verb = "refused" if reason in ("per_peer", "max_connections") else "closed"
+        self._warnings.warning(f"refuse:{reason}", "connection from %s %s: %s", peer, verb, detail)
 
     def from_dispatcher(self, reason: str, detail: str) -> None:
         """The Dispatcher's `on_reject` hook (runs in the connection thread, which set the peer);
@@ -131,13 +158,17 @@ class Server:
         self.warnings = RateLimitedLog()
         self.rejections = rejections or Rejections(warnings=self.warnings)
         self.tls_context = tls.server_context_from(settings.tls)
+        #: how long a pool thread waits for a connection's next request before parking it
+        self.linger = min(settings.thread_linger_seconds, settings.idle_timeout_seconds)
+        self.pool = ThreadPool(settings.connection_threads)
         self._sock = sock
         self._sock.setblocking(False)
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_w, False)
         self._stopping = threading.Event()
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._conns: set[Connection] = set()
+        self._per_peer: dict[str, int] = {}
+        self.reactor = Reactor(self, sock)
+        raise_fd_limit(settings.max_connections + settings.connection_threads + 256)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -150,211 +181,51 @@ class Server:
     def request_shutdown(self) -> None:
         """Begin a graceful shutdown. Async-signal-safe enough: sets a flag and writes a pipe."""
         self._stopping.set()
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass
+        self.reactor.wake()
 
     def serve_forever(self) -> bool:
-        """Accept until shutdown is requested, then drain. True if nothing was abandoned."""
+        """Serve until shutdown is requested, then drain. True if nothing was abandoned."""
         try:
-            self._accept_loop()
+            return self.reactor.run()
         finally:
             self._sock.close()
-        drained = self._drain(self.settings.shutdown_grace_seconds)
-        os.close(self._wake_r)
-        os.close(self._wake_w)
-        return drained
+            self.pool.close()
+
+    # ---- the connection table (any thread) ----
 
     def connection_count(self) -> int:
-        with self._cond:
+        with self._lock:
             return len(self._conns)
 
-    # ---- accepting ----
-    def _accept_loop(self) -> None:
-        with selectors.DefaultSelector() as selector:  # epoll: no FD_SETSIZE limit
-            selector.register(self._sock, selectors.EVENT_READ)
-            selector.register(self._wake_r, selectors.EVENT_READ)
-            while not self._stopping.is_set():
-                selector.select()
-                if self._stopping.is_set():
-                    return
-                self._accept_one()
+    def peer_connections(self, ip: str) -> int:
+        with self._lock:
+            return self._per_peer.get(ip, 0)
 
-    def _accept_one(self) -> None:
-        try:
-            conn, addr = self._sock.accept()
-        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-            return
-        except OSError as exc:  # e.g. EMFILE: back off instead of spinning
-            self.warnings.warning("accept", "accept failed: %s", exc)
-            self._stopping.wait(0.05)
-            return
-        self._admit(conn, addr)
+    def connections(self) -> list[Connection]:
+        with self._lock:
+            return list(self._conns)
 
-    def _admit(self, sock: socket.socket, addr: tuple) -> None:
-        with self._cond:
-            full = len(self._conns) >= self.settings.max_connections
-            if not full:
-                conn = Connection(self, sock, addr)
-                self._conns.add(conn)
-        if full:
-            self.warnings.warning(
-                "cap",
-                "connection from %s refused: max_connections (%d) reached",
-                _peer(addr),
-                self.settings.max_connections,
-            )
-            sock.close()
-            return
-        thread = threading.Thread(target=conn.run, name=f"conn-{_peer(addr)}", daemon=True)
-        try:
-            thread.start()
-        except RuntimeError as exc:  # out of threads: refuse this client, keep serving
-            self.warnings.warning("thread", "connection from %s refused: %s", _peer(addr), exc)
-            self.forget(conn)
-            sock.close()
+    def stats(self) -> dict[str, int]:
+        """Connections open, parked idle, slow; pool threads (for tests and benchmarks)."""
+        return {"connections": self.connection_count(), **self.reactor.stats(), **self.pool.stats()}
+
+    def add(self, conn: Connection) -> None:
+        with self._lock:
+            self._conns.add(conn)
+            self._per_peer[conn.ip] = self._per_peer.get(conn.ip, 0) + 1
 
     def forget(self, conn: Connection) -> None:
-        with self._cond:
-            self._conns.discard(conn)
-            self._cond.notify_all()
-
-    # ---- draining ----
-    def _drain(self, grace: float) -> bool:
-        deadline = time.monotonic() + grace
-        with self._cond:
-            conns = list(self._conns)
-        for conn in conns:
-            conn.close_if_idle()
-        with self._cond:
-            while self._conns:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._cond.wait(remaining)
-            left = list(self._conns)
-        if left:
-            log.warning(
-                "shutdown grace of %.1fs passed with %d connection(s) still busy; closing them",
-                grace,
-                len(left),
-            )
-            for conn in left:
-                conn.force_close()
-        return not left
-
-
-class Connection:
-    """One client connection: read a frame, dispatch it, write the reply, repeat."""
-
-    def __init__(self, server: Server, sock: socket.socket, addr: tuple):
-        self.server = server
-        self.sock = sock
-        self.peer = _peer(addr)
-        self._lock = threading.Lock()
-        self._idle = False
-        self._closed = False
-
-    def run(self) -> None:
-        settings = self.server.settings
-        context.set_peer(self.peer)
-        reject = self.server.rejections.reject
-        try:
-            self.sock.settimeout(None)
-            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.server.tls_context is not None and not self._start_tls():
+        with self._lock:
+            if conn not in self._conns:
                 return
-            reader = FrameReader(self.sock, settings.max_frame_bytes, self._mark_busy)
-            while self._mark_idle():
-                payload = reader.read_frame(
-                    settings.idle_timeout_seconds, settings.frame_read_timeout_seconds
-                )
-                if payload is None:
-                    break
-                self._serve_one(payload, settings.frame_read_timeout_seconds)
-        except FrameError as exc:
-            reject("frame_length", self.peer, exc)
-        except MalformedRequest as exc:
-            reject("malformed", self.peer, exc)
-        except FrameTimeout as exc:
-            reject("frame_timeout", self.peer, exc)
-        except (PeerClosed, OSError) as exc:
-            log.debug("connection from %s ended: %s", self.peer, exc)
-        except Exception:
-            log.exception("unexpected error on connection from %s", self.peer)
-        finally:
-            self._close()
-            self.server.forget(self)
-
-    def _start_tls(self) -> bool:
-        """Wrap the socket and complete the handshake under its deadline (counted as idle, so
-        a shutdown closes it at once). False when it failed; the caller then closes."""
-        with self._lock:
-            context = self.server.tls_context
-            if self._closed or self.server.stopping or context is None:
-                return False
-            self.sock = tls.wrap_server_side(self.sock, context)
-            self._idle = True
-        try:
-            tls.handshake(self.sock, self.server.settings.tls.handshake_timeout_seconds)
-        except tls.HandshakeError as exc:
-            self.server.rejections.reject("tls_handshake", self.peer, exc)
-            return False
-        return True
-
-    def _serve_one(self, payload: bytes, send_timeout: float) -> None:
-        admission = self.server.admission
-        if admission is None:
-            reply = self._dispatch(payload)
-        else:
-            reply = admission.serve(payload, lambda: self._dispatch(payload))
-        set_timeout(self.sock, send_timeout)
-        self.sock.sendall(frame(reply))
-
-    def _dispatch(self, payload: bytes) -> bytes:
-        slots = self.server.worker_slots
-        slots.get()
-        try:
-            return self.server.dispatcher.dispatch(payload)[1]
-        finally:
-            slots.put(None)
-
-    def _mark_idle(self) -> bool:
-        """Called between frames; False (stop) once the server is shutting down."""
-        with self._lock:
-            if self.server.stopping or self._closed:
-                return False
-            self._idle = True
-            return True
-
-    def _mark_busy(self) -> None:
-        with self._lock:
-            if self._closed:
-                raise PeerClosed("connection closed by server shutdown")
-            self._idle = False
-
-    def close_if_idle(self) -> None:
-        """Shutdown: unblock an idle read (the thread then exits); leave busy ones alone."""
-        with self._lock:
-            if self._idle:
-                self._shutdown_socket()
-
-    def force_close(self) -> None:
-        with self._lock:
-            self._shutdown_socket()
-
-    def _shutdown_socket(self) -> None:
-        self._closed = True
-        try:  # the plain socket's shutdown, also under TLS (no close_notify from this thread)
-            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def _close(self) -> None:
-        with self._lock:
-            self._closed = True
-        self.sock.close()
+            self._conns.discard(conn)
+            left = self._per_peer[conn.ip] - 1
+            if left:
+                self._per_peer[conn.ip] = left
+            else:
+                del self._per_peer[conn.ip]
+        if self.stopping:
+            self.reactor.wake()  # the drain waits for the last connection
 
 
 def worker_slots(count: int) -> queue.SimpleQueue:
@@ -366,5 +237,21 @@ def worker_slots(count: int) -> queue.SimpleQueue:
     return slots
 
 
-def _peer(addr: tuple) -> str:
-    return f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else str(addr)
+def raise_fd_limit(needed: int) -> None:
+    """Raise the soft open-file limit towards `needed` (each connection is a descriptor);
+    warn when the hard limit does not allow it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("cannot raise the open-file limit from %d to %d: %s", soft, target, exc)
+        return
+    if target < needed:
+        log.warning(
+            "open-file limit %d (hard) is below what server.max_connections needs (%d)",
+            target,
+            needed,
+        )

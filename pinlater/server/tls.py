@@ -2,17 +2,19 @@
 
 Off by default (`server.tls.enabled`). Why not thriftpy2's TSSLServerSocket: it runs the
 handshake inside the accept loop with no timeout, so one silent TCP client freezes every later
-one. Here the accept loop only accepts; each connection thread runs its own handshake under one
-total deadline (`handshake`), so a silent or trickling client costs one thread for at most
-`handshake_timeout_seconds`.
+one. Here the handshake is done in non-blocking steps (`handshake_step`): the server's selector
+thread waits for the peer's bytes, a pool thread runs one step when they have arrived (the
+crypto costs CPU, not waiting), and the selector enforces one total deadline
+(`handshake_timeout_seconds`). A silent or trickling client costs no thread at all, and the
+number of handshakes in progress is bounded with the other slow connections
+(pinlater.server.reactor).
 """
 
 from __future__ import annotations
 
-import select
+import selectors
 import socket
 import ssl
-import time
 
 from pinlater.common.tls import server_context
 
@@ -29,32 +31,23 @@ def server_context_from(config) -> ssl.SSLContext | None:
 
 
 def wrap_server_side(sock: socket.socket, ctx: ssl.SSLContext) -> ssl.SSLSocket:
-    """Wrap without any I/O (the handshake is `handshake`'s job)."""
+    """Wrap without any I/O (the handshake is `handshake_step`'s job)."""
     return ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
 
 
-def handshake(tls_sock: ssl.SSLSocket, timeout: float) -> None:
-    """Complete the handshake of a wrapped socket within `timeout` seconds in total (a client
-    trickling handshake bytes cannot stretch it). Raises HandshakeError."""
-    deadline = time.monotonic() + timeout
-    tls_sock.setblocking(False)
-    poller = select.poll()
-    poller.register(tls_sock.fileno(), select.POLLIN)
-    while True:
-        try:
-            tls_sock.do_handshake()
-            return
-        except ssl.SSLWantReadError:
-            events = select.POLLIN
-        except ssl.SSLWantWriteError:
-            events = select.POLLOUT
-        except (ssl.SSLError, OSError) as exc:
-            raise HandshakeError(_describe(exc)) from None
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise HandshakeError(f"no TLS handshake within {timeout:g}s")
-        poller.modify(tls_sock.fileno(), events)
-        poller.poll(remaining * 1000)
+def handshake_step(tls_sock: ssl.SSLSocket) -> int | None:
+    """Advance the handshake of a wrapped NON-BLOCKING socket as far as the bytes that have
+    arrived allow: None when it is complete, else the selector event to wait for
+    (EVENT_READ or EVENT_WRITE). Raises HandshakeError."""
+    try:
+        tls_sock.do_handshake()
+    except ssl.SSLWantReadError:
+        return selectors.EVENT_READ
+    except ssl.SSLWantWriteError:
+        return selectors.EVENT_WRITE
+    except (ssl.SSLError, OSError) as exc:
+        raise HandshakeError(_describe(exc)) from None
+    return None
 
 
 def _describe(exc: BaseException) -> str:
