@@ -434,22 +434,30 @@ def test_deferred_replies_hold_no_thread_and_keep_request_order():
 # ---- TLS ----
 
 
-def test_silent_tls_connections_hold_no_thread(tmp_path):
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
     from tests.fuzz.certs import OPENSSL, make_certs
 
     if OPENSSL is None:
         pytest.skip("needs the openssl command line")
-    from pinlater.common.tls import client_context
-    from worker_sdk.client import PinLaterClient
+    return make_certs(tmp_path_factory.mktemp("certs"))
 
-    certs = make_certs(tmp_path)
+
+def tls_settings(certs, **settings) -> dict:
     tls = TlsConfig(
         enabled=True,
         cert_file=certs.server_cert,
         key_file=certs.server_key,
         handshake_timeout_seconds=30,
     )
-    with serve(tls=tls, connection_threads=2) as s:
+    return {"tls": tls, **settings}
+
+
+def test_silent_tls_connections_hold_no_thread(certs):
+    from pinlater.common.tls import client_context
+    from worker_sdk.client import PinLaterClient
+
+    with serve(**tls_settings(certs, connection_threads=2)) as s:
         silent = [connect_from(s, "127.0.0.2") for _ in range(40)]
         try:
             assert _eventually(lambda: s.server.stats()["slow"] == 40)
@@ -462,6 +470,44 @@ def test_silent_tls_connections_hold_no_thread(tmp_path):
             assert s.server.stats()["threads"] <= 2
         finally:
             close_all(silent)
+
+
+def tls_call(conn, payload: bytes, result_cls=None):
+    conn.sendall(framed(payload))
+    (size,) = struct.unpack("!i", _recv_exact(conn, 4))
+    return decode_reply(_recv_exact(conn, size), result_cls)
+
+
+def test_tls_connections_parked_between_requests_and_slow_tls_readers(certs):
+    import ssl
+
+    context = ssl.create_default_context(cafile=certs.ca)
+    with serve(**tls_settings(certs, thread_linger_seconds=0.05, connection_threads=2)) as s:
+        plain = socket.socket()
+        plain.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        plain.settimeout(10)
+        plain.connect((s.host, s.port))
+        conn = context.wrap_socket(plain, server_hostname="127.0.0.1")
+        try:
+            for i in range(3):  # each request reaches a parked connection: the selector reads it
+                assert tls_call(conn, create_queue_call("q" * 2_000_000 + str(i)))[1] == 2
+                time.sleep(0.2)
+            assert _eventually(lambda: s.server.stats()["idle"] == 1)
+            # pipelined in one TLS write: both answered, in order
+            conn.sendall(framed(create_queue_call("a", 7)) + framed(create_queue_call("b", 8)))
+            for seqid in (7, 8):
+                (size,) = struct.unpack("!i", _recv_exact(conn, 4))
+                assert decode_reply(_recv_exact(conn, size))[2] == seqid
+            # a 6 MB reply the client does not read yet: the selector writes it (TLS records)
+            conn.sendall(framed(encode_call("getQueueNames", seqid=9)))
+            assert _eventually(lambda: s.server.stats()["slow"] == 1)  # WRITING, no thread
+            (size,) = struct.unpack("!i", _recv_exact(conn, 4))
+            _, msg_type, seqid, result = decode_reply(
+                _recv_exact(conn, size), PinLater.getQueueNames_result
+            )
+            assert (msg_type, seqid, len(result.success)) == (TMessageType.REPLY, 9, 5)
+        finally:
+            conn.close()
 
 
 # ---- the metric, through a whole server process ----
