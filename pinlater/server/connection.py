@@ -64,6 +64,24 @@ def current_connection() -> Connection | None:
 class Connection:
     """A client connection and its state; see the module docstring for who owns it when."""
 
+    __slots__ = (
+        "_early_reply",
+        "_idle",
+        "_lock",
+        "_out",
+        "_shut",
+        "ip",
+        "parked_at",
+        "peer",
+        "reader",
+        "server",
+        "slow_deadline",
+        "slow_reason",
+        "sock",
+        "state",
+        "want",
+    )
+
     def __init__(self, server: Server, sock: socket.socket, addr: tuple, state: str = IDLE):
         self.server = server
         self.sock = sock
@@ -188,8 +206,8 @@ class Connection:
             slots.put(None)
 
     def _send(self, reply: bytes) -> bool:
-        """Write a reply from the owning thread, waiting at most one linger for room. True when
-        it all went out; otherwise the selector writes the rest and owns the connection."""
+        """Write a reply from the owning thread. True when it all went out; otherwise the
+        selector writes the rest and owns the connection."""
         data = frame(reply)
         try:
             sent = self.sock.send(data)
@@ -197,7 +215,21 @@ class Connection:
             sent = 0  # TLS: nothing counts as sent until all is; the retry sends it all again
         if sent == len(data):
             return True
-        self._write_later(memoryview(data)[sent:])
+        return self._send_rest(memoryview(data), sent)
+
+    def _send_rest(self, data: memoryview, sent: int) -> bool:
+        """A reply larger than the socket took at once: keep sending while the peer takes it,
+        for one linger at most (each send waits up to one linger for room), then leave the
+        rest to the selector."""
+        give_up = time.monotonic() + self.server.linger
+        while sent < len(data) and time.monotonic() < give_up:
+            try:
+                sent += self.sock.send(data[sent:])
+            except (TimeoutError, *WOULD_BLOCK):
+                break
+        if sent == len(data):
+            return True
+        self._write_later(data[sent:])
         return False
 
     def _write_later(self, rest: memoryview) -> None:
