@@ -3,13 +3,18 @@
 `ShardError` and `StorageFull` never reach a client as such: the sharded layer retries or
 translates them (SHARD_CONNECTION_FAILED, ENQUEUE_REJECTED ...). `QueueNotFound` is the client
 error of the same name, raised by shards for a queue they do not hold.
+
+Scope decides health: a `ShardError` says the shard (its connection, its server) failed and
+counts towards taking the shard out of service; a `QueueBusy` says one queue's storage was busy
+(its own DDL, lock waits between calls on it) while the shard answered, and never changes the
+shard's health, so one queue's trouble cannot make the other queues of the shard unavailable.
 """
 
 from __future__ import annotations
 
 from pinlater.errors import InvalidRequest, QueueNotFound
 
-__all__ = ["BodyFilterStopped", "QueueNotFound", "ShardError", "StorageFull"]
+__all__ = ["BodyFilterStopped", "QueueBusy", "QueueNotFound", "ShardError", "StorageFull"]
 
 
 class ShardError(Exception):
@@ -25,6 +30,18 @@ class ShardError(Exception):
         #: the storage did not answer within its socket timeout: the shard is treated as down
         #: at once (retrying would only stall the request for another timeout)
         self.timed_out = timed_out
+
+
+class QueueBusy(ShardError):
+    """One queue's storage could not serve the call right now although the shard answered: the
+    queue's tables are being created, deleted or given new priority levels by a concurrent call
+    (a metadata lock wait, a table re-created under a read snapshot), or calls on the queue
+    wait for each other's row locks (lock wait timeout, deadlock). Always retriable; the
+    sharded layer retries it like any retriable failure but never counts it against the
+    shard's health."""
+
+    def __init__(self, shard: str, message: str):
+        super().__init__(shard, message, retriable=True)
 
 
 class StorageFull(Exception):

@@ -1,8 +1,10 @@
 """Shard health: consecutive failures mark a shard unhealthy; a probe brings it back.
 
 Unhealthy shards are skipped for enqueue and dequeue (so a dead shard costs nothing on the hot
-path) and probed in the background. Only storage failures count: "queue not found" and bad
-input never mark a shard down (the original let one client's typo take shards out for 60 s).
+path) and probed in the background. Only failures of the shard itself count: "queue not found",
+bad input and a queue's own contention (`QueueBusy`: its createQueue/deleteQueue in progress,
+lock waits between calls on it) never mark a shard down (the original let one client's typo take
+shards out for 60 s; a queue deleted and re-created in a loop took MySQL shards out).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from pinlater.errors import (
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import Backend, BodyFilter, Shard, ShardSpec
 from pinlater.storage.descriptors import MAX_LOCAL_ID, JobDescriptor
-from pinlater.storage.errors import ShardError, StorageFull
+from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
 from pinlater.storage.health import ShardHealth
 from pinlater.storage.models import (
     Ack,
@@ -176,7 +176,9 @@ class ShardedBackend:
     def call(self, name: str, op: Callable[[Shard], T], *, retries: int | None = None) -> T:
         """Run `op` on shard `name`, retrying retriable storage errors; record health.
         Raises ShardConnectionFailed when the tries are used up, and ShardFull (at once, health
-        unchanged: the shard still serves what needs no space) when the storage is full."""
+        unchanged: the shard still serves what needs no space) when the storage is full.
+        A QueueBusy (one queue's own contention) is retried the same way but leaves the
+        shard's health alone: the shard answered, and its other queues are fine."""
         tries = 1 + (self._retries if retries is None else retries)
         last: ShardError | None = None
         observe = self.call_observer
@@ -193,10 +195,8 @@ class ShardedBackend:
                 if observe is not None:
                     observe(name, time.perf_counter() - started, False)
                 last = exc
-                if exc.timed_out:
-                    self.health.mark_unhealthy(name)
-                else:
-                    self.health.record_failure(name)
+                if not isinstance(exc, QueueBusy):
+                    self._record_failure(name, exc)
                 if not exc.retriable or not self.health.is_healthy(name):
                     break
                 if attempt + 1 < tries:
@@ -207,6 +207,14 @@ class ShardedBackend:
             self.health.record_success(name)
             return result
         raise ShardConnectionFailed(str(last))  # "shard NAME: cause" (ShardError's own text)
+
+    def _record_failure(self, name: str, exc: ShardError) -> None:
+        """A shard-scoped failure: a timeout takes the shard out at once, anything else counts
+        towards `unhealthy_after_failures`."""
+        if exc.timed_out:
+            self.health.mark_unhealthy(name)
+        else:
+            self.health.record_failure(name)
 
     def _fan_out(self, names: Iterable[str], op: Callable[[Shard], T]) -> dict[str, T]:
         """Run `op` on each shard (in parallel when there are several); first error wins."""

@@ -4,7 +4,8 @@
 records what the real primitive returned, and can make a call fail first with the error the
 storage seam defines (`ShardError` for a lost connection, `StorageFull` for a full disk or
 Redis over maxmemory). The database behind the shard stays real; only the failure is injected,
-so the rules pinned are the sharded layer's and the handler's answers to it, on every backend.
+so the rules pinned are the sharded layer's and the handler's answers to it, on every backend
+(`QueueBusy` for a queue's own contention: a lock wait behind its createQueue/deleteQueue).
 Everything is undone afterwards, by default including the health the failures cost the shards.
 """
 
@@ -15,12 +16,16 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from pinlater.storage.errors import ShardError, StorageFull
+from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
 from pinlater.storage.sharded import ShardedBackend
 
 
 def lost_connection(shard: str) -> Exception:
     return ShardError(shard, "connection lost (injected)", retriable=True)
+
+
+def queue_busy(shard: str) -> Exception:
+    return QueueBusy(shard, "MySQL error 1205: Lock wait timeout exceeded (injected)")
 
 
 def full(shard: str) -> Exception:

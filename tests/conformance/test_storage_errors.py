@@ -8,7 +8,7 @@ import pytest
 
 from pinlater.idl import ErrorCode as E
 from pinlater.idl import pinlater_thrift as t
-from tests.conformance.faults import full, intercepted, lost_connection, shard_of
+from tests.conformance.faults import full, intercepted, lost_connection, queue_busy, shard_of
 
 MAX_ENQUEUE_TRIES = 30
 
@@ -88,3 +88,22 @@ def test_other_calls_on_a_full_shard_say_so_and_leave_it_healthy(api, queue):
         # what needs no room is still served
         assert api.state(d) == 1 and api.count(queue, 0) == 1 and api.job(d).body == b"x"
     assert api.dequeue_ids(queue) == [waiting]
+
+
+@pytest.mark.rule("E-queue-busy")
+def test_a_queues_own_contention_is_retried_and_never_turns_a_shard_unhealthy(api, queue):
+    other = api.new_queue()
+    [d] = api.enqueue(queue, b"x")
+    home = shard_of(d)
+    tries = 1 + api.app.config.sharding.retries
+    threshold = api.app.config.sharding.unhealthy_after_failures
+    with intercepted(api.store, "lookup", fail_with=queue_busy, keep_health=True) as calls:
+        for _ in range(threshold + 2):
+            with api.raises(E.SHARD_CONNECTION_FAILED, match=f"shard {home}"):
+                api.lookup([d])
+        assert calls.count[home] == (threshold + 2) * tries, "retried like any failure"
+        assert not api.store.health.unhealthy()
+        [mine] = api.enqueue(other, b"served")  # every shard still takes enqueues
+        assert api.dequeue_ids(other) == [mine]
+    with intercepted(api.store, "lookup", fail_with=queue_busy, fail_times=tries - 1):
+        assert api.job(d).body == b"x"  # contention that clears within the retries is invisible

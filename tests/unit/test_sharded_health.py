@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pinlater.errors import ShardConnectionFailed
-from pinlater.storage.errors import ShardError
+from pinlater.storage.errors import QueueBusy, ShardError
 from pinlater.storage.models import NewJob
 from tests.support.sqlite_env import sharded_store
 
@@ -85,3 +85,26 @@ def test_no_enqueue_shard_left_answers_no_healthy_shards(store):
     store.health.mark_unhealthy("b")
     with pytest.raises(NoHealthyShards):
         store.enqueue("q", [NewJob(b"x")])
+
+
+def test_a_queues_own_contention_is_retried_but_never_costs_the_shard_its_health(store):
+    busy = wrap(store, "a", QueueBusy("a", "MySQL error 1205: Lock wait timeout exceeded"))
+    for _ in range(10):  # far more failures than unhealthy_after_failures
+        with pytest.raises(ShardConnectionFailed, match="1205"):
+            store.call("a", lambda s: s.enqueue("q", [NewJob(b"x")]))
+    assert busy.calls == 10 * 3, "retried like any retriable failure"
+    assert store.health.is_healthy("a")
+    assert sorted(store.enqueue_candidates()) == ["a", "b"]
+
+
+def test_queue_busy_does_not_reset_a_shards_count_of_real_failures(store):
+    flaky = wrap(store, "a", ShardError("a", "connection refused"))
+    with pytest.raises(ShardConnectionFailed):
+        store.call("a", lambda s: s.enqueue("q", [NewJob(b"x")]), retries=1)  # 2 failures
+    flaky.error = QueueBusy("a", "deadlock")
+    with pytest.raises(ShardConnectionFailed):
+        store.call("a", lambda s: s.enqueue("q", [NewJob(b"x")]))
+    flaky.error = ShardError("a", "connection refused")
+    with pytest.raises(ShardConnectionFailed):
+        store.call("a", lambda s: s.enqueue("q", [NewJob(b"x")]), retries=0)  # the third
+    assert not store.health.is_healthy("a")
