@@ -26,6 +26,8 @@ Dialect choices (the rest is `sql_base.SQLShard`; these are its hooks):
 from __future__ import annotations
 
 import re
+import secrets
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,13 +39,14 @@ from backends.mysql_pool import (
     InstancePool,
     InstanceSettings,
     ServerInfo,
+    lock_wait_seconds,
     translate,
 )
 from backends.shared_pools import SharedPools
 from backends.sql_base import QueryBook, SQLDialect, SQLShard
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
 from pinlater.storage.descriptors import SHARD_NAME_PATTERN
-from pinlater.storage.errors import QueueNotFound, ShardError
+from pinlater.storage.errors import QueueBusy, QueueNotFound, ShardError
 from pinlater.storage.specs import ConfigError, field_range, parse_shard_list
 
 MYSQL = SQLDialect(
@@ -53,6 +56,10 @@ MYSQL = SQLDialect(
 MAX_IDENTIFIER = 64
 #: bytes an INSERT statement may use beyond its rows' escaped values
 _STATEMENT_SLACK = 64 * 1024
+#: seconds a DDL statement waits for the metadata locks of a queue's tables (at most the
+#: sessions' lock wait, mysql_pool.lock_wait_seconds): the calls on that queue queue up behind
+#: a waiting DDL, so its wait is kept short; a DDL that gives up fails with a QueueBusy
+DDL_LOCK_WAIT = 2
 _PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9]{0,15}", re.ASCII)
 _VALUES_PARAM = re.compile(r"%\((\w+)\)s")
 
@@ -208,6 +215,10 @@ class MySQLShard(SQLShard):
         settings = spec.settings()
         self._pool: InstancePool | None = registry.acquire(settings, lambda: InstancePool(settings))
         self._db_prefix = f"{spec.database_prefix}_{spec.name}_"
+        #: where deleteQueue moves a queue's tables before dropping them (see schema.sql)
+        self._trash = f"{spec.database_prefix}__deleted_{spec.name}"
+        #: this pool's session lock wait, restored after a DDL's shorter one
+        self._wait = lock_wait_seconds(settings)
         self._db_name = re.compile(re.escape(self._db_prefix) + r"([A-Za-z0-9_]+)", re.ASCII)
 
     # ---- identifiers: the ONE place queue names become database/table names ----
@@ -251,33 +262,35 @@ class MySQLShard(SQLShard):
         """One transaction, committed when the block succeeds, else rolled back; pymysql errors
         leave as ShardError/StorageFull/QueueNotFound, anything else unchanged.
 
-        A queue whose database exists but lacks a job table (priority levels were added to the
-        config after it was created) gets the missing tables here, and the call fails with a
-        retriable ShardError so the layer above simply retries it."""
+        A queue that exists (its jobs_p1 is there) but lacks a job table (priority levels were
+        added to the config after it was created, or its createQueue is still running) gets the
+        missing tables here, and the call fails with a QueueBusy so the layer above simply
+        retries it, leaving the shard's health alone."""
         try:
             with self._connected_transaction(read_only) as cur:
                 yield cur
         except QueueNotFound as exc:
             if self._create_missing_tables(exc.queue):
-                raise ShardError(
-                    self.name,
-                    f"created missing job tables of queue {exc.queue!r}; retry",
-                    retriable=True,
+                raise QueueBusy(
+                    self.name, f"created missing job tables of queue {exc.queue!r}; retry"
                 ) from exc
             raise
 
     def _create_missing_tables(self, queue: str) -> bool:
-        """CREATE TABLE IF NOT EXISTS for every priority of an existing queue database (never
-        the database itself: a concurrent deleteQueue must not be undone). True if it did."""
+        """CREATE TABLE IF NOT EXISTS for every priority of a queue that exists: never the
+        database, and nothing unless jobs_p1 is there (a deleteQueue moves every table away
+        at once, so a queue being deleted is never given tables again). True if it did."""
         db = self.database(queue)
         try:
             self._ddl(
-                [
-                    self.queries.render("create_job_table", table=(db, f"jobs_p{p}"))
-                    for p in range(1, self.limits.num_priorities + 1)
-                ]
+                [self.queries.render("queue_probe", table=(db, "jobs_p1"))]
+                + self._job_tables_ddl(db)
             )
-        except (QueueNotFound, ShardError):  # the database is gone (1049) or unreachable
+        except QueueNotFound:  # jobs_p1 (1146) or the database (1049) is gone
+            return False
+        except QueueBusy:
+            raise
+        except ShardError:  # unreachable: the call reports its own QueueNotFound
             return False
         return True
 
@@ -286,15 +299,14 @@ class MySQLShard(SQLShard):
         with self._connection() as conn:
             cur = conn.cursor()
             try:
+                # Always an explicit transaction opened with begin(), even for one statement
+                # or a read: outside a transaction it knows of, DBUtils re-runs a failed
+                # statement by itself, on the same or a new connection (a duplicate INSERT
+                # after a lost reply; a read's later statements outside its snapshot; a lock
+                # wait waited twice; a blackholed shard costs a second timeout).
                 if read_only:  # one snapshot for every statement (sessions are READ COMMITTED)
-                    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                    cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
-                else:
-                    # Always an explicit transaction, even for one statement: outside one,
-                    # DBUtils re-runs a failed statement on a new connection by itself (a
-                    # duplicate INSERT after a lost reply, and a blackholed shard costs a
-                    # reconnect plus a second timeout).
-                    conn.begin()
+                    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                conn.begin()
                 yield cur
                 conn.commit()
             except pymysql.err.Error as exc:
@@ -315,12 +327,24 @@ class MySQLShard(SQLShard):
     def _translate(self, exc: Exception) -> Exception:
         return translate(self.name, exc, self._queue_of)
 
-    def _ddl(self, statements: Sequence[str]) -> None:
+    def _ddl(
+        self, statements: Sequence[str], params: Mapping[str, Any] | None = None
+    ) -> list[list[tuple]]:
+        """Run DDL statements (with `params`, if given) in order on one connection, each waiting
+        at most DDL_LOCK_WAIT seconds for the metadata locks it needs (the calls on the queue it
+        changes wait behind it that long at most); returns each statement's rows."""
         with self._connection() as conn:
             cur = conn.cursor()
             try:
-                for sql in statements:
-                    cur.execute(sql)
+                cur.execute(self.queries.render("ddl_lock_wait"), {"seconds": DDL_LOCK_WAIT})
+                try:
+                    results = []
+                    for sql in statements:
+                        cur.execute(sql, params)
+                        results.append(list(cur.fetchall()))
+                    return results
+                finally:
+                    cur.execute(self.queries.render("ddl_lock_wait"), {"seconds": self._wait})
             except pymysql.err.Error as exc:
                 raise self._translate(exc) from exc
             finally:
@@ -385,16 +409,60 @@ class MySQLShard(SQLShard):
     # ---- queues ----
     def create_queue(self, queue: str) -> None:
         db = self.database(queue)
-        self._ddl(
-            [self.queries.render("create_database", db=(db,))]
-            + [
-                self.queries.render("create_job_table", table=(db, f"jobs_p{p}"))
-                for p in range(1, self.limits.num_priorities + 1)
-            ]
-        )
+        self._ddl([self.queries.render("create_database", db=(db,)), *self._job_tables_ddl(db)])
+
+    def _job_tables_ddl(self, db: str) -> list[str]:
+        """CREATE TABLE IF NOT EXISTS of every configured priority, jobs_p1 (the queue's
+        existence) first."""
+        return [
+            self.queries.render("create_job_table", table=(db, f"jobs_p{p}"))
+            for p in range(1, self.limits.num_priorities + 1)
+        ]
 
     def delete_queue(self, queue: str) -> None:
-        self._ddl([self.queries.render("drop_database", db=(self.database(queue),))])
+        """Move the queue's tables into the trash database in one RENAME (from then on the
+        queue is gone: calls answer QueueNotFound, a createQueue makes fresh tables), drop its
+        now empty database, then drop the moved tables one by one (see schema.sql). Each step
+        waits at most DDL_LOCK_WAIT for the queue's in-flight calls; nothing else waits."""
+        db = self.database(queue)
+        moved = self._move_to_trash(db)
+        self._ddl([self.queries.render("drop_database", db=(db,))])
+        self._drop_trash(moved)
+
+    def _move_to_trash(self, db: str) -> list[str]:
+        """RENAME every table of `db` into the trash database under a fresh unique name; the
+        names in the trash ([] when `db` had no table, e.g. a concurrent delete moved them)."""
+        [tables] = self._ddl([self.queries.render("database_tables")], {"db": db})
+        if not tables:
+            return []
+        token = f"d{int(time.time() * 1000)}_{secrets.token_hex(4)}_"
+        moves = [((db, name), (self._trash, token + name)) for (name,) in tables]
+        statement = " ".join(
+            [
+                self.queries.render("move_tables"),
+                ", ".join(
+                    self.queries.render("table_move", source=source, target=target)
+                    for source, target in moves
+                ),
+            ]
+        )
+        try:
+            self._ddl([self.queries.render("create_database", db=(self._trash,)), statement])
+        except QueueNotFound:  # a concurrent deleteQueue moved them first (1146)
+            return []
+        return [target[1] for _, target in moves]
+
+    def _drop_trash(self, tables: Sequence[str]) -> None:
+        """Drop moved tables, one statement each (a big table's drop holds nothing any call
+        needs: no queue refers to the trash)."""
+        for table in tables:
+            self._ddl([self.queries.render("drop_table", table=(self._trash, table))])
+
+    def finish_deletes(self) -> int:
+        """Drop whatever a deleteQueue interrupted by a crash left in the trash database."""
+        [tables] = self._ddl([self.queries.render("database_tables")], {"db": self._trash})
+        self._drop_trash([name for (name,) in tables])
+        return len(tables)
 
     def queue_names(self) -> set[str]:
         pattern = self._db_prefix.replace("_", "\\_") + "%"

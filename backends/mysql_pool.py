@@ -15,6 +15,19 @@ Why these choices:
   drops it) does not close the pool its siblings still use.
 - What the server supports (SKIP LOCKED, INSERT ... RETURNING, consecutive auto-increment ids)
   is read once per pool, on the first successful connection.
+- Lock waits end before the socket does: sessions wait for metadata and row locks at most half
+  the read timeout (`lock_wait_timeout`, `innodb_lock_wait_timeout`; lower server settings are
+  kept). A call stuck behind another queue operation's lock (a deleteQueue's RENAME waiting for
+  the queue's open transactions, and the calls queued behind it) then fails with error 1205, a
+  `QueueBusy` that leaves the shard healthy, instead of a read timeout that takes the whole
+  shard out of service (MariaDB waits a day for a metadata lock by default).
+- DBUtils replaces a pooled connection only when it is gone (`connection_lost`, its `isfatal`);
+  inside a transaction opened with begin() (every job call, reads too) it then raises for the
+  layer above to retry the call, and outside one it re-runs the statement once (only idempotent
+  statements run there: DDL with IF [NOT] EXISTS, the clock, ping). A server-answered error is
+  never re-run: a lock wait timeout re-run had doubled every wait.
+- Errors are scoped (`translate`): lock waits, deadlocks and a table re-created under a read
+  snapshot are one queue's contention (`QueueBusy`); connection failures are the shard's.
 """
 
 from __future__ import annotations
@@ -29,7 +42,7 @@ import pymysql
 from dbutils.pooled_db import PooledDB
 from pymysql.constants import CLIENT
 
-from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
+from pinlater.storage.errors import QueueBusy, QueueNotFound, ShardError, StorageFull
 
 SQL_MODE = (
     "STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,ERROR_FOR_DIVISION_BY_ZERO,"
@@ -40,14 +53,12 @@ SESSION_SETUP = (
     "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
 )
 
-#: connection lost/refused/timed out, server shutting down, too many connections, deadlock,
-#: lock wait timeout, query interrupted: the statement (or transaction) can be retried
+#: connection lost/refused/timed out, server shutting down, too many connections, query
+#: interrupted: the statement (or transaction) can be retried
 RETRIABLE_CODES = frozenset(
     {
         1040,
         1053,
-        1205,
-        1213,
         1927,
         2002,
         2003,
@@ -61,6 +72,13 @@ RETRIABLE_CODES = frozenset(
         2055,
     }
 )
+#: the connection is gone (server gone away, lost, commands out of sync, killed, shut down):
+#: DBUtils replaces such a pooled connection; any other error leaves the connection in use
+CONNECTION_LOST_CODES = frozenset({1053, 1927, 2006, 2013, 2014, 2027, 2055})
+#: lock wait timeout (row or metadata lock), deadlock, "table definition has changed" (a table
+#: re-created after a read snapshot began), "error dropping database" (a table created in it
+#: meanwhile): contention on one queue's tables, not a failing shard
+QUEUE_BUSY_CODES = frozenset({1010, 1205, 1213, 1412})
 #: unknown database / table: the queue does not exist on this shard
 MISSING_CODES = frozenset({1049, 1146})
 #: table full, disk full, out of memory, "got error 28 (ENOSPC) from storage engine"
@@ -104,6 +122,33 @@ class ServerInfo:
             skip_locked=numbers >= ((10, 6) if mariadb else (8, 0, 1)),
             returning=mariadb and numbers >= (10, 5),
         )
+
+
+def connection_lost(error: Exception) -> bool:
+    """DBUtils' `isfatal`: whether a failed statement's connection must be replaced. Only then
+    does DBUtils reconnect (and, inside a transaction, raise the error for the layer above to
+    retry the call); a server-answered error (a lock wait timeout, a deadlock) is raised as it
+    is, never re-run by DBUtils (that doubled every lock wait)."""
+    if isinstance(error, pymysql.err.InterfaceError):
+        return True
+    code = error.args[0] if error.args and isinstance(error.args[0], int) else 0
+    return code in CONNECTION_LOST_CODES or code == 0
+
+
+def lock_wait_seconds(settings: InstanceSettings) -> int:
+    """How long a session waits for a lock: half the read timeout, at least 1 s (whole
+    seconds are all the server takes)."""
+    return max(1, int(settings.read_timeout_seconds / 2))
+
+
+def session_setup(settings: InstanceSettings) -> list[str]:
+    """The statements every new connection runs (see the module docstring)."""
+    wait = lock_wait_seconds(settings)
+    return [
+        *SESSION_SETUP,
+        f"SET SESSION lock_wait_timeout = LEAST(@@GLOBAL.lock_wait_timeout, {wait}),"
+        f" innodb_lock_wait_timeout = LEAST(@@GLOBAL.innodb_lock_wait_timeout, {wait})",
+    ]
 
 
 class BoundedConnection(pymysql.connections.Connection):
@@ -163,9 +208,10 @@ class InstancePool:
             maxshared=0,
             maxconnections=s.pool_size,
             blocking=True,
-            setsession=list(SESSION_SETUP),
+            setsession=session_setup(s),
             reset=False,
             ping=0,
+            isfatal=connection_lost,
             host=s.host,
             port=s.port,
             user=s.user,
@@ -220,6 +266,8 @@ def translate(shard: str, exc: Exception, queue_of: Callable[[str], str | None])
         return QueueNotFound(queue)
     if code in FULL_CODES or (code in (1030, 3, 1878) and _NO_SPACE.search(message)):
         return StorageFull(f"shard {shard}: MySQL error {code}: {message}")
+    if code in QUEUE_BUSY_CODES:
+        return QueueBusy(shard, f"MySQL error {code}: {message}")
     if code in RETRIABLE_CODES or isinstance(exc, pymysql.err.InterfaceError):
         return ShardError(
             shard,

@@ -15,13 +15,13 @@ from collections import Counter
 import pymysql
 import pytest
 
-from backends.mysql import MySQLBackend, MySQLShard, durability_problems
+from backends.mysql import DDL_LOCK_WAIT, MySQLBackend, MySQLShard, durability_problems
 from backends.mysql_pool import translate
 from pinlater.common.sections import ConfigError
 from pinlater.errors import QueueNotFound
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import StorageLimits
-from pinlater.storage.errors import ShardError, StorageFull
+from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.shard_kit import MAIN, OTHER, Capabilities, Storage, exercise
 from tests.support import mysql_env
@@ -88,7 +88,7 @@ def enqueue(shard, queue, *bodies, **fields):
 
 
 def explain(shard, sql, params):
-    with shard._read() as cur:
+    with shard._write() as cur:  # a read-only transaction refuses EXPLAIN of a write
         cur.execute("EXPLAIN " + sql, params)
         columns = [d[0] for d in cur.description]
         return [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
@@ -279,8 +279,9 @@ def _err(cls, code, message):
         (_err(pymysql.err.OperationalError, 2003, "Can't connect"), ShardError, True),
         (_err(pymysql.err.OperationalError, 2006, "MySQL server has gone away"), ShardError, True),
         (_err(pymysql.err.OperationalError, 2013, "Lost connection"), ShardError, True),
-        (_err(pymysql.err.OperationalError, 1213, "Deadlock found"), ShardError, True),
-        (_err(pymysql.err.OperationalError, 1205, "Lock wait timeout"), ShardError, True),
+        (_err(pymysql.err.OperationalError, 1213, "Deadlock found"), QueueBusy, True),
+        (_err(pymysql.err.OperationalError, 1205, "Lock wait timeout"), QueueBusy, True),
+        (_err(pymysql.err.OperationalError, 1412, "Table definition has changed"), QueueBusy, True),
         (pymysql.err.InterfaceError(0, ""), ShardError, True),
         (
             _err(pymysql.err.OperationalError, 1114, "The table 'jobs_p1' is full"),
@@ -304,7 +305,7 @@ def test_pymysql_errors_map_to_the_storage_contract(exc, expected, retriable):
         assert "shard 1" in str(mapped)
 
 
-def test_a_real_lock_wait_timeout_is_a_retriable_shard_error(server, queue):
+def test_a_real_lock_wait_timeout_is_a_queue_busy_error(server, queue):
     server.query("SET GLOBAL innodb_lock_wait_timeout = 1")
     backend = MySQLBackend({}, StorageLimits())
     holder = server.connect(autocommit=False)
@@ -320,7 +321,7 @@ def test_a_real_lock_wait_timeout_is_a_retriable_shard_error(server, queue):
                 (local_id,),
             )
         started = time.monotonic()
-        with pytest.raises(ShardError) as caught:
+        with pytest.raises(QueueBusy) as caught:
             shard.ack(queue, [Ack(1, local_id, ClaimMatch(SOURCE, claim))], [])
         assert caught.value.retriable and "1205" in str(caught.value)
         assert time.monotonic() - started < 5
@@ -417,8 +418,9 @@ def test_priority_tables_added_to_the_config_later_are_created_on_first_use(serv
 
 def test_queue_names_come_only_from_this_shards_exact_database_pattern(shard, server):
     foreign = ["plq_10_other", "plq_1d1_sibling", "plqx_1_prefix", "plq_1_bad-name"]
-    for db in foreign:
+    for db in foreign:  # each with a first job table: only the name can rule it out
         server.query(f"CREATE DATABASE IF NOT EXISTS `{db}`")
+        server.query(f"CREATE TABLE IF NOT EXISTS `{db}`.`jobs_p1` (a INT)")
     try:
         shard.create_queue("Mixed_Case")
         shard.create_queue("mixed_case")  # case-sensitive on Linux: a second queue
@@ -430,6 +432,77 @@ def test_queue_names_come_only_from_this_shards_exact_database_pattern(shard, se
             server.query(f"DROP DATABASE IF EXISTS `{db}`")
         shard.delete_queue("Mixed_Case")
         shard.delete_queue("mixed_case")
+
+
+class Crash(BaseException):
+    """Stands for the process dying between two steps of a delete."""
+
+
+def trash_tables(server, shard) -> list[str]:
+    rows = server.query(
+        "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s",
+        (shard._trash,),
+    )
+    return [row[0] for row in rows]
+
+
+def test_a_delete_cut_short_leaves_nothing_visible_and_finish_deletes_drops_the_rest(shard, server):
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    enqueue(shard, name, *[b"x"] * 50)
+
+    def crash(tables):
+        raise Crash
+
+    shard._drop_trash = crash  # dies after the tables moved to the trash and the database went
+    with pytest.raises(Crash):
+        shard.delete_queue(name)
+    del shard._drop_trash
+    assert name not in shard.queue_names()
+    with pytest.raises(QueueNotFound):
+        shard.count(name, JobState.PENDING, [1], False, 10, None)
+    shard.create_queue(name)  # fresh tables at once
+    assert shard.count(name, JobState.PENDING, [1, 2, 3], False, 100, None) == 0
+    assert len(trash_tables(server, shard)) == 3
+    assert shard.finish_deletes() == 3
+    assert trash_tables(server, shard) == [] and shard.finish_deletes() == 0
+    shard.delete_queue(name)
+
+
+def test_a_database_without_its_first_job_table_is_no_queue_and_is_never_repaired(shard, server):
+    name = f"q{next(_names)}"
+    db = shard.database(name)
+    server.query(f"CREATE DATABASE `{db}`")  # what a crash mid-delete could leave
+    server.query(f"CREATE TABLE `{db}`.`jobs_p2` (a INT)")
+    try:
+        assert name not in shard.queue_names()
+        with pytest.raises(QueueNotFound):
+            enqueue(shard, name, b"x")
+        assert server.query(f"SHOW TABLES FROM `{db}`") == [("jobs_p2",)]  # not resurrected
+        shard.delete_queue(name)  # a delete clears it up
+        assert not server.query("SHOW DATABASES LIKE %s", (db,))
+    finally:
+        server.query(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def test_ddl_waits_only_briefly_for_a_queues_locks_and_spares_other_queues(shard, server, queue):
+    other = f"q{next(_names)}"
+    shard.create_queue(other)
+    holder = server.connect(autocommit=False)
+    try:
+        with holder.cursor() as cur:  # an open transaction on the queue's table
+            cur.execute(f"SELECT * FROM `{shard.database(queue)}`.`jobs_p1`")
+        started = time.monotonic()
+        with pytest.raises(QueueBusy, match="1205"):
+            shard.delete_queue(queue)
+        assert time.monotonic() - started < DDL_LOCK_WAIT + 2
+        assert enqueue(shard, other, b"served") == [1]  # other queues never waited
+        holder.rollback()
+        shard.delete_queue(queue)
+        assert queue not in shard.queue_names()
+    finally:
+        holder.close()
+        shard.delete_queue(other)
 
 
 def test_queue_name_limit_is_64_minus_the_longest_database_prefix(backend, server):

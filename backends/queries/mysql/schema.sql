@@ -8,6 +8,13 @@
 -- LONGBLOB holds any configurable body cap (limits go up to 64 MiB), MEDIUMTEXT any status cap.
 -- AUTO_INCREMENT is persistent across restarts on MariaDB >= 10.2.4 and MySQL >= 8.0, so a
 -- local id is never handed out twice while the queue exists.
+-- A queue exists while its database holds jobs_p1 (a database without it is one whose
+-- deleteQueue moved the tables away, or whose createQueue has not made them yet). deleteQueue
+-- first moves every job table into the shard's trash database <prefix>__deleted_<shard> (a
+-- name no queue database can have: shard names hold no underscore) with one atomic RENAME, so
+-- the queue is gone at once and a createQueue of the same name gets fresh tables; then it drops
+-- the empty queue database and, last, the moved tables. Whatever a crash leaves in the trash is
+-- dropped by the janitor (Shard.finish_deletes).
 
 -- name: create_database
 -- A queue's database on this shard; binary collation keeps claims and statuses byte-exact.
@@ -37,8 +44,31 @@ CREATE TABLE IF NOT EXISTS {table} (
 DROP DATABASE IF EXISTS {db}
 
 -- name: list_databases
--- Databases whose name matches a LIKE pattern (the caller re-checks each name exactly).
-SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE :pattern
+-- Databases whose name matches a LIKE pattern and that hold a queue's first job table (the
+-- caller re-checks each name exactly).
+SELECT TABLE_SCHEMA FROM information_schema.TABLES
+WHERE TABLE_SCHEMA LIKE :pattern AND TABLE_NAME = 'jobs_p1'
+
+-- name: database_tables
+-- The tables of one database, by its exact name.
+SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = :db
+
+-- name: move_tables
+-- The head of one atomic RENAME of several tables; each `table_move` follows, comma-separated.
+RENAME TABLE
+
+-- name: table_move
+-- One pair of a `move_tables` statement.
+{source} TO {target}
+
+-- name: drop_table
+-- Remove one (moved) job table with every job in it.
+DROP TABLE IF EXISTS {table}
+
+-- name: ddl_lock_wait
+-- How long this session's DDL waits for the metadata locks of the tables it changes (seconds;
+-- a lower server setting is kept): calls on the queue queue up behind a waiting DDL.
+SET SESSION lock_wait_timeout = LEAST(@@GLOBAL.lock_wait_timeout, :seconds)
 
 -- name: server_now
 -- The server clock in epoch ms (the session time zone is pinned to +00:00).
