@@ -49,6 +49,7 @@ from pinlater.storage.models import (
 )
 from pinlater.storage.paging import FILTER_PAGE_SIZE, filtered
 from pinlater.storage.specs import field_range, parse_shard_list
+from pinlater.storage.steps import in_steps
 
 _RECORD_WIDTH = 11  # values per record from _lib.lua pl_append_record
 
@@ -476,8 +477,19 @@ class RedisShard(Shard):
         self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
     ) -> int:
         if body_filter is None or limit <= 0:
-            args = [queue, self._prefix(queue), priority, int(state), max(int(limit), 0), 0]
-            return int(self._run(self._scripts.delete_jobs, queue, args))
+            # in script calls of at most DELETE_STEP jobs: one script deleting a million
+            # blocks the whole Redis instance, every other queue and shard on it included
+            prefix = self._prefix(queue)
+            return in_steps(
+                limit,
+                lambda size: int(
+                    self._run(
+                        self._scripts.delete_jobs,
+                        queue,
+                        [queue, prefix, priority, int(state), size, 0],
+                    )
+                ),
+            )
         # Filter first (page by page), then delete the matches, guarded by state in Lua: a job
         # that moved on meanwhile is left alone.
         matches = self._matching(queue, priority, state, "asc", "", "all", body_filter, limit)
@@ -515,16 +527,10 @@ class RedisShard(Shard):
     def purge(self, queue: str, priority: int, state: JobState, ttl_ms: int, limit: int) -> int:
         if state not in (JobState.SUCCEEDED, JobState.FAILED):
             raise ValueError(f"purge applies to terminal states only, not {state.name}")
-        args = [
-            queue,
-            self._prefix(queue),
-            self._offset(),
-            priority,
-            int(state),
-            int(ttl_ms),
-            max(int(limit), 0),
-        ]
-        return int(self._run(self._scripts.purge, queue, args))
+        args = [queue, self._prefix(queue), self._offset(), priority, int(state), int(ttl_ms)]
+        return in_steps(
+            limit, lambda size: int(self._run(self._scripts.purge, queue, [*args, size]))
+        )
 
     # ---- health ----
     def ping(self) -> None:

@@ -34,7 +34,7 @@ import dataclasses
 import functools
 import re
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +42,7 @@ from typing import Any
 
 from pinlater.storage.acks import AckGroup, AckOutcome, group_acks
 from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
-from pinlater.storage.contract import BodyFilter, Shard
+from pinlater.storage.contract import DELETE_STEP, BodyFilter, Shard
 from pinlater.storage.errors import ShardError
 from pinlater.storage.models import (
     Ack,
@@ -57,6 +57,7 @@ from pinlater.storage.models import (
     new_dequeued_job,
 )
 from pinlater.storage.paging import filtered
+from pinlater.storage.steps import in_steps
 
 QUERY_DIR = Path(__file__).parent / "queries"
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_]+", re.ASCII)
@@ -593,21 +594,54 @@ class SQLShard(Shard):
         self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
     ) -> int:
         if body_filter is None:
-            with self._write() as cur:
-                table = self._job_table(cur, queue, priority)
-                params = {"state": int(state), "limit": limit}
-                return max(self._run(cur, "delete_by_state", table, params).rowcount, 0)
+            return self._write_steps(
+                queue,
+                priority,
+                limit,
+                lambda cur, table, size: max(
+                    self._run(
+                        cur, "delete_by_state", table, {"state": int(state), "limit": size}
+                    ).rowcount,
+                    0,
+                ),
+            )
         # The filter runs in Python over a read snapshot, outside the write lock (a regex scan
-        # must not stall every dequeue); the delete is guarded by the state, so a job that moved
-        # on meanwhile is left alone.
+        # must not stall every dequeue); the deletes are guarded by the state, so a job that
+        # moved on meanwhile is left alone.
         with self._read() as cur:
             table = self._job_table(cur, queue, priority)
             ids = self._matching_ids(cur, table, state, body_filter, limit)
         if not ids:
             return 0
-        with self._write() as cur:
-            table = self._job_table(cur, queue, priority)
-            return self._by_ids(cur, "delete_by_ids", table, ids, {"state": int(state)})[0]
+        chunks = iter(range(0, len(ids), DELETE_STEP))
+
+        def by_ids(cur: Any, table: tuple[str, ...], size: int) -> int:
+            start = next(chunks)
+            chunk = ids[start : start + DELETE_STEP]
+            return self._by_ids(cur, "delete_by_ids", table, chunk, {"state": int(state)})[0]
+
+        return self._write_steps(queue, priority, len(ids), by_ids, until_short=False)
+
+    def _write_steps(
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        step: Callable[[Any, tuple[str, ...], int], int],
+        until_short: bool = True,
+    ) -> int:
+        """`steps.in_steps` with each `step(cur, table, size)` in its own write transaction on
+        the queue's table for `priority`, and `_between_steps` in between."""
+
+        def in_transaction(size: int) -> int:
+            with self._write() as cur:
+                return step(cur, self._job_table(cur, queue, priority), size)
+
+        return in_steps(limit, in_transaction, until_short=until_short, pause=self._between_steps)
+
+    def _between_steps(self, step_seconds: float) -> None:
+        """Called between the write transactions of a stepped delete, after one that took
+        `step_seconds`: where writers queue for one lock (SQLite), give them a turn."""
 
     def _matching_ids(
         self, cur: Any, table: tuple[str, ...], state: JobState, body_filter: BodyFilter, limit: int
@@ -640,10 +674,11 @@ class SQLShard(Shard):
         return ReclaimCounts(retried=retried, failed=failed)
 
     def purge(self, queue: str, priority: int, state: JobState, ttl_ms: int, limit: int) -> int:
-        with self._write() as cur:
-            table = self._job_table(cur, queue, priority)
-            params = {"state": int(state), "cutoff": self._tx_now(cur) - ttl_ms, "limit": limit}
+        def step(cur: Any, table: tuple[str, ...], size: int) -> int:
+            params = {"state": int(state), "cutoff": self._tx_now(cur) - ttl_ms, "limit": size}
             return max(self._run(cur, "purge", table, params).rowcount, 0)
+
+        return self._write_steps(queue, priority, limit, step)
 
 
 def _by_priority(items: Sequence[Any]) -> dict[int, list[Any]]:

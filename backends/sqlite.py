@@ -10,6 +10,12 @@ The queue id is resolved inside every transaction (an indexed lookup costing mic
 instead of being cached: deleteQueue followed by createQueue, possibly from another server
 process on the same file, then cannot leave anyone with a stale id.
 
+deleteQueue first moves the queue's registry row to `deleted_queues` in one short transaction
+(from then on the queue answers QueueNotFound and its name is free), then frees its tables in
+bounded steps with the write lock released in between (`_free`), so deleting a big queue never
+stalls the shard's other queues; the janitor finishes what a crash interrupted
+(`finish_deletes`).
+
 Concurrency: a small pool of connections (one per concurrently running thread, reused),
 autocommit mode with explicit `BEGIN IMMEDIATE` for writes (the writer lock is taken up front, so
 no deadlock-prone lock upgrades) and `BEGIN` for consistent reads; WAL lets readers run beside
@@ -23,7 +29,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +38,7 @@ from backends.sql_base import QueryBook, SQLDialect, SQLShard
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
 from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
 from pinlater.storage.specs import ConfigError, parse_shard_list
+from pinlater.storage.steps import in_steps
 
 SQLITE = SQLDialect(name="sqlite", param_format=":{}", quote_char='"')
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
@@ -43,6 +50,11 @@ DEFAULT_OPTIONS = {
 }
 #: idle connections kept per shard (more are opened under load and closed when released)
 MAX_IDLE_CONNECTIONS = 16
+#: the shortest pause between the steps of a stepped delete (seconds; see _between_steps)
+MIN_STEP_PAUSE = 0.002
+#: rows of a deleted queue's table removed per transaction: its indexes are dropped first, so
+#: a step costs about what DELETE_STEP jobs of a live table do (20-50 ms)
+FREE_STEP = 5000
 _RETRIABLE = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_CANTOPEN")
 
 
@@ -144,6 +156,8 @@ class SQLiteShard(SQLShard):
         self._lock = threading.Lock()
         self._closed = False
         self._ready = False
+        self._freeing: set[int] = set()  # ids of deleted queues being freed in this process
+        self._secure_delete: int | None = None
         try:
             self._prepare()
         except ShardError:
@@ -174,6 +188,7 @@ class SQLiteShard(SQLShard):
         cur.execute("BEGIN IMMEDIATE")
         try:
             cur.execute(self.queries.render("create_registry"))
+            cur.execute(self.queries.render("create_deleted_registry"))
             for queue_id in {qid for qid, _ in cur.execute(self.queries.render("queue_list"))}:
                 self._create_tables(cur, queue_id)
             cur.execute("COMMIT")
@@ -195,6 +210,8 @@ class SQLiteShard(SQLShard):
             cached_statements=512,
         )
         conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        if self._secure_delete is None:  # the build's default, restored after a _free
+            self._secure_delete = int(conn.execute("PRAGMA secure_delete").fetchone()[0])
         conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
         return conn
 
@@ -227,21 +244,23 @@ class SQLiteShard(SQLShard):
                 self._idle.append(conn)
 
     @contextmanager
-    def _transaction(self, begin: str) -> Iterator[sqlite3.Cursor]:
-        """One transaction: committed when the block succeeds, else rolled back; sqlite3 errors
-        leave as ShardError/StorageFull, anything else (QueueNotFound, a filter's error)
-        unchanged."""
-        with self._connection() as conn:
-            cur = conn.cursor()
+    def _transaction(
+        self, begin: str, conn: sqlite3.Connection | None = None
+    ) -> Iterator[sqlite3.Cursor]:
+        """One transaction (on `conn`, else on a pooled connection): committed when the block
+        succeeds, else rolled back; sqlite3 errors leave as ShardError/StorageFull, anything
+        else (QueueNotFound, a filter's error) unchanged."""
+        with nullcontext(conn) if conn is not None else self._connection() as used:
+            cur = used.cursor()
             try:
                 cur.execute(begin)
                 yield cur
                 cur.execute("COMMIT")
             except sqlite3.Error as exc:
-                _rollback(conn)
+                _rollback(used)
                 raise self._translate(exc) from exc
             except BaseException:
-                _rollback(conn)
+                _rollback(used)
                 raise
 
     def _write(self):
@@ -298,19 +317,89 @@ class SQLiteShard(SQLShard):
                 cur.execute(self.queries.render(name, table=(table,), index=(f"{table}_{suffix}",)))
 
     def delete_queue(self, queue: str) -> None:
+        """Hide the queue in one short transaction (its registry row moves to deleted_queues:
+        calls answer QueueNotFound from then on, a create of the name gets a new id and fresh
+        tables), then free its jobs in bounded steps (`_free`)."""
         with self._write() as cur:
             row = cur.execute(self.queries.render("queue_id"), {"name": queue}).fetchone()
             if row is None:
                 return
-            own = re.compile(rf"q{row[0]}_p[0-9]+", re.ASCII)
-            tables = [
-                name
-                for (name,) in cur.execute(self.queries.render("job_tables"))
-                if own.fullmatch(name)
-            ]
-            for table in tables:
+            params = {"name": queue, "now": self.now_ms()}
+            cur.execute(self.queries.render("queue_hide"), params)
+            cur.execute(self.queries.render("queue_delete"), params)
+        self._free(row[0])
+
+    def finish_deletes(self) -> int:
+        """Free the deleted queues a crash (or a failure) left half freed."""
+        with self._read() as cur:
+            ids = [qid for (qid,) in cur.execute(self.queries.render("deleted_list"))]
+        with self._lock:
+            ids = [qid for qid in ids if qid not in self._freeing]
+        for queue_id in ids:
+            self._free(queue_id)
+        return len(ids)
+
+    def _free(self, queue_id: int) -> None:
+        """Free a hidden queue in bounded steps (deleting 800k jobs in one transaction held the
+        write lock 12.9 s, stalling every queue of the shard): drop each table's indexes (a
+        fraction of its size), delete its rows FREE_STEP at a time, one write transaction each
+        with other writers let in between, then drop the emptied tables and forget the queue.
+        The connection frees with secure_delete=FAST: deleted jobs are zeroed inside the pages
+        SQLite writes anyway, but freed pages are not overwritten one by one (Debian's build
+        defaults to a full overwrite, which was most of the 12.9 s). Every step is idempotent,
+        so a second caller (the janitor, another process) only repeats a few of them."""
+        with self._lock:
+            self._freeing.add(queue_id)
+        try:
+            with self._connection() as conn:
+                self._guarded(lambda: conn.execute("PRAGMA secure_delete = FAST"))
+                try:
+                    self._free_on(conn, queue_id)
+                finally:
+                    restore = f"PRAGMA secure_delete = {self._secure_delete}"
+                    self._guarded(lambda: conn.execute(restore))
+        finally:
+            with self._lock:
+                self._freeing.discard(queue_id)
+
+    def _free_on(self, conn: sqlite3.Connection, queue_id: int) -> None:
+        with self._transaction("BEGIN", conn) as cur:
+            tables = self._tables_of(cur, queue_id)
+        for table in tables:
+            with self._transaction("BEGIN IMMEDIATE", conn) as cur:
+                params = {"table": table}
+                indexes = [n for (n,) in cur.execute(self.queries.render("table_indexes"), params)]
+                for index in indexes:
+                    cur.execute(self.queries.render("drop_index", index=(index,)))
+            self._empty(conn, table)
+        with self._transaction("BEGIN IMMEDIATE", conn) as cur:
+            for table in self._tables_of(cur, queue_id):
                 cur.execute(self.queries.render("drop_job_table", table=(table,)))
-            cur.execute(self.queries.render("queue_delete"), {"name": queue})
+            cur.execute(self.queries.render("deleted_forget"), {"queue_id": queue_id})
+
+    def _tables_of(self, cur: sqlite3.Cursor, queue_id: int) -> list[str]:
+        own = re.compile(rf"q{queue_id}_p[0-9]+", re.ASCII)
+        return [
+            name
+            for (name,) in cur.execute(self.queries.render("job_tables"))
+            if own.fullmatch(name)
+        ]
+
+    def _empty(self, conn: sqlite3.Connection, table: str) -> None:
+        """Delete every row of a hidden queue's table, FREE_STEP rows per transaction."""
+        sql = self.queries.render("delete_rows_step", table=(table,))
+
+        def step(size: int) -> int:
+            with self._transaction("BEGIN IMMEDIATE", conn) as cur:
+                return cur.execute(sql, {"limit": size}).rowcount
+
+        in_steps(None, step, pause=self._between_steps, size=FREE_STEP)
+
+    def _between_steps(self, step_seconds: float) -> None:
+        """Writers wait for SQLite's one write lock by polling it (busy_timeout sleeps of up to
+        100 ms): pausing as long as the step took keeps a stepped delete to half the lock's
+        time, so a waiting writer's next poll finds it free."""
+        time.sleep(max(step_seconds, MIN_STEP_PAUSE))
 
     def queue_names(self) -> set[str]:
         with self._read() as cur:

@@ -1,7 +1,8 @@
 """The janitor: reclaims expired claims and purges finished jobs after their TTL.
 
 Two steps per (shard, queue, priority), each in bounded batches, both idempotent and safe to
-run from every server at once (each transition is a guarded statement in the storage):
+run from every server at once (each transition is a guarded statement in the storage), after
+freeing what an interrupted deleteQueue left on the shard (`Shard.finish_deletes`):
 - reclaim: IN_PROGRESS jobs whose updated_at is older than the claim timeout go back to PENDING
   with one attempt used, or to FAILED when none is left (a dead worker's job comes back);
 - purge: SUCCEEDED / FAILED jobs whose updated_at is older than their TTL are deleted.
@@ -64,6 +65,7 @@ class Janitor:
             if not self.store.health.is_healthy(name):
                 continue
             try:
+                self._finish_deletes(name)
                 queues = self.store.call(name, lambda s: s.queue_names())
                 for queue in sorted(queues):
                     done = JanitorCounts()
@@ -79,6 +81,12 @@ class Janitor:
         if any(vars(counts).values()):
             log.info("janitor: %s", counts)
         return counts
+
+    def _finish_deletes(self, name: str) -> None:
+        """Free what interrupted deleteQueues left on the shard (Shard.finish_deletes)."""
+        finished = self.store.call(name, lambda s: s.finish_deletes())
+        if finished:
+            log.info("janitor: shard %s: finished %d interrupted queue deletes", name, finished)
 
     def _clean_queue(self, name: str, queue: str, counts: JanitorCounts) -> None:
         timeout = (

@@ -12,7 +12,16 @@ Rules every implementation follows:
   tests and operators use to move a shard's clock; the application clock is never mixed in.
 - A call on a queue that does not exist on the shard raises `QueueNotFound`.
 - Connection-level failures raise `ShardError` (retriable or not); storage refusals for lack of
-  memory/space raise `StorageFull`. Nothing else escapes for expected conditions.
+  memory/space raise `StorageFull`; contention on one queue's own storage (its createQueue or
+  deleteQueue running, lock waits between calls on it) raises `QueueBusy`, which never counts
+  against the shard's health. Nothing else escapes for expected conditions.
+- A queue being deleted is gone from the first moment: from then on calls on it raise
+  `QueueNotFound` and a create of the same name gets fresh, empty storage, whatever is still
+  being freed.
+- Big deletes work in bounded steps: `delete_queue`, `delete_jobs` and `purge` change at most
+  `DELETE_STEP` jobs per transaction (script call) and let other writers in between, so
+  freeing a big queue never stalls the other queues of the shard. A crash between steps leaves
+  nothing visible; `finish_deletes` frees what it left.
 - Bodies are bytes, byte-identical on the way back; custom statuses are truncated to
   `status_cap` characters keeping the newest text (acks append, checkpoints prepend).
 """
@@ -37,6 +46,8 @@ from pinlater.storage.models import (
 )
 
 BodyFilter = Callable[[bytes], bool]
+#: the most jobs one transaction (or script call) of a delete may remove (see the rules above)
+DELETE_STEP = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +97,14 @@ class Shard(abc.ABC):
 
     @abc.abstractmethod
     def delete_queue(self, queue: str) -> None:
-        """Remove the queue and every job in every state; idempotent."""
+        """Remove the queue and every job in every state; idempotent. The queue is gone
+        (QueueNotFound, a create starts afresh) before its jobs are freed in bounded steps."""
+
+    def finish_deletes(self) -> int:
+        """Free the storage of deleted queues whose delete_queue was interrupted (a crash
+        between its steps); return how many such queues (or tables) it found. Run by the
+        janitor; a storage that deletes atomically has nothing to do."""
+        return 0
 
     @abc.abstractmethod
     def queue_names(self) -> set[str]:
@@ -174,7 +192,8 @@ class Shard(abc.ABC):
     def delete_jobs(
         self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
     ) -> int:
-        """Delete up to `limit` jobs in `state` (matching the filter, if any); return how many."""
+        """Delete up to `limit` jobs in `state` (matching the filter, if any), in steps of at
+        most DELETE_STEP jobs; return how many."""
 
     # ---- janitor ----
     @abc.abstractmethod
@@ -186,7 +205,8 @@ class Shard(abc.ABC):
 
     @abc.abstractmethod
     def purge(self, queue: str, priority: int, state: JobState, ttl_ms: int, limit: int) -> int:
-        """Delete up to `limit` jobs in a terminal `state` whose updated_at is older than ttl."""
+        """Delete up to `limit` jobs in a terminal `state` whose updated_at is older than ttl,
+        in steps of at most DELETE_STEP jobs."""
 
     # ---- health ----
     @abc.abstractmethod

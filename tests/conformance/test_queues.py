@@ -1,9 +1,15 @@
-"""createQueue / deleteQueue / getQueueNames and queue-name validation."""
+"""createQueue / deleteQueue / getQueueNames and queue-name validation; deletes of big queues
+and of queues in use."""
+
+import threading
+from collections import Counter
 
 import pytest
 
 from pinlater.idl import ErrorCode as E
+from pinlater.idl import pinlater_thrift as t
 from tests.conformance.api import ADMIN_PASSWORD
+from tests.conformance.test_races import own_api
 
 
 @pytest.mark.rule("Q-create")
@@ -116,3 +122,74 @@ def test_every_call_on_an_unknown_queue_answers_queue_not_found(api, call):
     }
     with api.raises(E.QUEUE_NOT_FOUND, match=q):
         calls[call]()
+
+
+STEP = 2000  # pinlater.storage.contract.DELETE_STEP: jobs per storage transaction of a delete
+
+
+def enqueue_many(api, queue, count: int) -> None:
+    for start in range(0, count, 2000):
+        api.enqueue(queue, *[b"j"] * min(2000, count - start))
+
+
+@pytest.mark.rule("Q-delete-steps")
+def test_big_deletes_span_steps_and_remove_exactly_what_they_say(api, queue):
+    other = api.new_queue()
+    [kept] = api.enqueue(other, b"neighbour")
+    enqueue_many(api, queue, 2 * STEP + 100)
+    assert api.delete_jobs(queue, 0, limit=STEP + 1) == STEP + 1
+    assert api.count(queue, 0) == STEP + 99
+    api.delete_queue(queue)
+    with api.raises(E.QUEUE_NOT_FOUND):
+        api.count(queue, 0)
+    api.create(queue)
+    assert api.count(queue, 0) == 0
+    assert api.job(kept).body == b"neighbour"
+
+
+def _churn_outcome(call) -> str:
+    try:
+        call()
+    except t.PinLaterException as exc:
+        return E._VALUES_TO_NAMES[exc.errorCode]
+    return "ok"
+
+
+@pytest.mark.rule("Q-delete-concurrent")
+def test_calls_on_a_queue_deleted_and_recreated_meanwhile_answer_only_queue_not_found(api, queue):
+    other = api.new_queue()
+    stop = threading.Event()
+    outcomes: dict[str, Counter] = {queue: Counter(), other: Counter(), "ddl": Counter()}
+    lock = threading.Lock()
+
+    def churn():
+        admin = own_api(api)
+        try:
+            for _ in range(10):
+                outcomes["ddl"][_churn_outcome(lambda: admin.delete_queue(queue))] += 1
+                outcomes["ddl"][_churn_outcome(lambda: admin.create(queue))] += 1
+        finally:
+            stop.set()
+
+    def work(name):
+        mine = own_api(api)
+        while not stop.is_set():
+            for call in (
+                lambda: mine.enqueue(name, b"a", b"b"),
+                lambda: mine.ack(name, succeeded=list(mine.dequeue(name, 2).jobs or {})),
+                lambda: mine.count(name, 0),
+            ):
+                got = _churn_outcome(call)
+                with lock:
+                    outcomes[name][got] += 1
+
+    threads = [threading.Thread(target=churn)]
+    threads += [threading.Thread(target=work, args=(q,)) for q in (queue, queue, other)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert outcomes["ddl"] == Counter(ok=20), outcomes["ddl"]
+    assert set(outcomes[queue]) <= {"ok", "QUEUE_NOT_FOUND"}, outcomes[queue]
+    assert set(outcomes[other]) == {"ok"}, outcomes[other]
+    assert not api.store.health.unhealthy()

@@ -5,17 +5,18 @@ WAL and the writer lock, file layout, options and the named-query files."""
 from __future__ import annotations
 
 import contextlib
+import re
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from backends.sql_base import QueryBook, SQLDialect, parse_named_queries
-from backends.sqlite import SQLITE, SQLiteBackend, SQLiteShardSpec
+from backends.sqlite import FREE_STEP, SQLITE, SQLiteBackend, SQLiteShardSpec
 from pinlater.app import load_config
 from pinlater.common.sections import ConfigError
 from pinlater.storage.contract import StorageLimits
-from pinlater.storage.errors import ShardError
+from pinlater.storage.errors import QueueNotFound, ShardError
 from pinlater.storage.models import JobState, NewJob
 from pinlater.storage.shard_kit import Capabilities, Storage, exercise
 
@@ -131,6 +132,76 @@ def test_database_files_use_wal_and_one_file_per_shard(tmp_path, clock):
     relaxed = open_shard(tmp_path, clock, name="8", synchronous="normal")
     assert "synchronous=NORMAL" in relaxed.durability_warnings()[0]
     relaxed.close()
+
+
+# ---------------------------------------------------------------- deleting big queues
+
+
+class Crash(BaseException):
+    """Stands for the process dying between two steps of a delete."""
+
+
+def job_tables(shard) -> set[str]:
+    with sqlite3.connect(shard.path) as conn:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return {name for (name,) in rows if re.fullmatch(r"q[0-9]+_p[0-9]+", name)}
+
+
+def fill(shard, queue: str, count: int) -> None:
+    for start in range(0, count, 5000):
+        enqueue(shard, *[b"x" * 100] * min(5000, count - start), queue=queue)
+
+
+def test_a_delete_cut_short_between_steps_leaves_nothing_visible_and_is_finished(tmp_path, clock):
+    shard = open_shard(tmp_path, clock)
+    shard.create_queue("big")
+    fill(shard, "big", 2 * FREE_STEP + 10)
+    before = job_tables(shard)
+
+    def crash(seconds):
+        raise Crash
+
+    shard._between_steps = crash  # the process dies after the first step
+    with pytest.raises(Crash):
+        shard.delete_queue("big")
+    assert shard.queue_names() == set()
+    with pytest.raises(QueueNotFound):
+        shard.count("big", JobState.PENDING, [1], False, 10, None)
+    shard.close()
+    restarted = open_shard(tmp_path, clock)
+    assert restarted.queue_names() == set()
+    restarted.create_queue("big")  # the name is free at once: fresh tables, empty
+    assert restarted.count("big", JobState.PENDING, [1, 2, 3], False, 10**6, None) == 0
+    assert enqueue(restarted, b"new", queue="big") == [1]
+    assert len(job_tables(restarted) & before) == 3  # the old ones, still to be freed
+    assert restarted.finish_deletes() == 1  # the janitor's hook
+    assert not job_tables(restarted) & before
+    assert restarted.finish_deletes() == 0
+    assert [j.body for j in restarted.dequeue("big", 1, 10, None)] == [b"new"]
+    restarted.close()
+
+
+def test_freeing_a_queue_restores_the_connections_secure_delete(tmp_path, clock):
+    shard = open_shard(tmp_path, clock)
+    default = shard._secure_delete
+    shard.create_queue("big")
+    fill(shard, "big", FREE_STEP + 1)
+    shard.delete_queue("big")
+    with shard._read() as cur:  # the pooled connection that freed the queue
+        assert cur.execute("PRAGMA secure_delete").fetchone()[0] == default
+    shard.close()
+
+
+def test_deleting_a_big_queue_never_holds_the_write_lock_for_long(tmp_path, clock):
+    shard = open_shard(tmp_path, clock)
+    shard.create_queue("big")
+    fill(shard, "big", 4 * FREE_STEP)
+    held: list[float] = []
+    shard._between_steps = held.append  # told how long each step held the lock
+    shard.delete_queue("big")
+    assert len(held) >= 3, "freed in several steps"
+    assert max(held) < 1.0, held  # generous: a step is ~20-50 ms
+    shard.close()
 
 
 # ---------------------------------------------------------------- options and config

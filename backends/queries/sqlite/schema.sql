@@ -11,6 +11,17 @@ CREATE TABLE IF NOT EXISTS queues (
     created_at INTEGER NOT NULL
 )
 
+-- name: create_deleted_registry
+-- Queues deleted but not yet freed: deleteQueue moves a queue's registry row here (the name is
+-- free at once, and a queue created again gets a new id, so fresh tables), deletes its jobs in
+-- bounded steps, then drops its tables and this row. Rows left by a crash are finished by the
+-- janitor (Shard.finish_deletes).
+CREATE TABLE IF NOT EXISTS deleted_queues (
+    queue_id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    deleted_at INTEGER NOT NULL
+)
+
 -- name: create_job_table
 -- One job table; times are epoch ms, body is a BLOB (byte-identical round trip).
 CREATE TABLE IF NOT EXISTS {table} (
@@ -49,6 +60,31 @@ INSERT OR IGNORE INTO queues (name, created_at) VALUES (:name, :now)
 -- name: queue_delete
 -- Unregister a queue.
 DELETE FROM queues WHERE name = :name
+
+-- name: queue_hide
+-- Record a queue as deleted but not yet freed (queue_delete follows in the same transaction).
+INSERT OR IGNORE INTO deleted_queues (queue_id, name, deleted_at)
+SELECT queue_id, name, :now FROM queues WHERE name = :name
+
+-- name: deleted_list
+-- The ids of queues deleted but not yet freed.
+SELECT queue_id FROM deleted_queues
+
+-- name: deleted_forget
+-- A deleted queue is freed: its tables are gone.
+DELETE FROM deleted_queues WHERE queue_id = :queue_id
+
+-- name: table_indexes
+-- The explicit indexes of one table (a deleted queue's are dropped before its rows).
+SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = :table AND sql IS NOT NULL
+
+-- name: drop_index
+-- Remove one index.
+DROP INDEX IF EXISTS {index}
+
+-- name: delete_rows_step
+-- Up to :limit jobs of a deleted queue's table, lowest ids first (one bounded step).
+DELETE FROM {table} WHERE local_id IN (SELECT local_id FROM {table} ORDER BY local_id LIMIT :limit)
 
 -- name: queue_list
 -- Every registered queue.

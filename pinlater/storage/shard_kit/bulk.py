@@ -1,8 +1,10 @@
 """Calls on many jobs at once: retry_failed and delete_jobs (oldest first, up to the limit, a
-filter paging past the first page), and a batch of 1500 jobs through every primitive."""
+filter paging past the first page), a batch of 1500 jobs through every primitive, and deletes
+and purges of more jobs than one step (DELETE_STEP) removes."""
 
 from __future__ import annotations
 
+from pinlater.storage.contract import DELETE_STEP
 from pinlater.storage.models import Ack, Checkpoint
 from pinlater.storage.shard_kit.kit import FAILED, IN_PROGRESS, PENDING, QUEUE, SUCCEEDED, Kit, held
 from pinlater.storage.shard_kit.registry import check
@@ -79,3 +81,35 @@ def batch_of_1500_jobs_moves_through_every_primitive(kit: Kit) -> None:
     assert len(kit.shard.lookup(QUEUE, [(1, i) for i in ids], True)) == n
     assert kit.count(SUCCEEDED) == n
     assert kit.shard.delete_jobs(QUEUE, SUCCEEDED, 1, 2 * n, None) == n
+
+
+# ---------------------------------------------------------------- deletes in steps
+
+
+def _enqueue_many(kit: Kit, count: int, body: bytes = b"j") -> None:
+    for start in range(0, count, 1000):
+        kit.enqueue(*[body] * min(1000, count - start))
+
+
+@check(rule=("T-delete-jobs", "Q-delete-steps"))
+def delete_jobs_past_one_step_deletes_exactly_up_to_the_limit(kit: Kit) -> None:
+    _enqueue_many(kit, 2 * DELETE_STEP + 100)
+    assert kit.shard.delete_jobs(QUEUE, PENDING, 1, DELETE_STEP + 7, None) == DELETE_STEP + 7
+    assert kit.count() == DELETE_STEP + 93
+    oldest_left = DELETE_STEP + 8
+    assert [r.local_id for r in kit.records([1, oldest_left - 1, oldest_left])] == [oldest_left]
+    drop = lambda body: body == b"j"  # noqa: E731 - every job matches: the ids path, in steps
+    assert kit.shard.delete_jobs(QUEUE, PENDING, 1, DELETE_STEP + 1, drop) == DELETE_STEP + 1
+    assert kit.shard.delete_jobs(QUEUE, PENDING, 1, 10**6, None) == 92
+    assert kit.count() == 0
+
+
+@check(rule=("T-purge", "Q-delete-steps"))
+def purge_past_one_step_deletes_every_job_due(kit: Kit) -> None:
+    _enqueue_many(kit, DELETE_STEP + 50)
+    jobs = kit.dequeue(DELETE_STEP + 50)
+    assert kit.ack([Ack(1, j.local_id, held(j)) for j in jobs]) == DELETE_STEP + 50
+    kit.advance(120_000)
+    assert kit.shard.purge(QUEUE, 1, SUCCEEDED, 60_000, DELETE_STEP + 10) == DELETE_STEP + 10
+    assert kit.shard.purge(QUEUE, 1, SUCCEEDED, 60_000, 10**6) == 40
+    assert kit.count(SUCCEEDED) == 0

@@ -1,10 +1,10 @@
 """Queues on a shard: create is idempotent and case-sensitive and adds the priority levels a
-larger configuration needs; delete removes every job; a queue created anew starts empty, as
-every handle sees."""
+larger configuration needs; delete removes every job, of a big queue too, and leaves nothing
+half freed; a queue created anew starts empty, as every handle sees."""
 
 from __future__ import annotations
 
-from pinlater.storage.contract import StorageLimits
+from pinlater.storage.contract import DELETE_STEP, StorageLimits
 from pinlater.storage.errors import QueueNotFound
 from pinlater.storage.models import Ack, JobState
 from pinlater.storage.shard_kit.kit import HOUR_MS, PENDING, QUEUE, Kit, held, raises
@@ -63,3 +63,21 @@ def queue_create_adds_missing_priority_levels(kit: Kit) -> None:
     big.create_queue("grow")
     assert kit.enqueue(b"p4", queue="grow", shard=big, priority=4) == [1]
     assert [j.body for j in big.dequeue("grow", 4, 10, None)] == [b"p4"]
+
+
+@check(rule=("Q-delete", "Q-delete-steps"))
+def queue_delete_of_a_queue_bigger_than_many_steps_frees_it_all(kit: Kit) -> None:
+    other = kit.open()
+    other.create_queue("neighbour")
+    for start in range(0, 3 * DELETE_STEP + 500, 1000):  # several steps of every backend
+        kit.enqueue(*[b"%d" % i for i in range(start, start + 1000)])
+    kit.enqueue(b"p2", b"p2", priority=2)
+    kit.enqueue(b"n", queue="neighbour", shard=other)
+    kit.shard.delete_queue(QUEUE)
+    assert kit.shard.queue_names() == other.queue_names() == {"neighbour"}
+    raises(QueueNotFound, kit.count)
+    assert kit.shard.finish_deletes() == 0  # nothing was left half freed
+    kit.shard.create_queue(QUEUE)
+    assert kit.count(priorities=(1, 2, 3)) == 0
+    assert kit.enqueue(b"fresh") == [1]
+    assert other.count("neighbour", PENDING, [1], False, 10, None) == 1

@@ -1,6 +1,7 @@
 """Concurrent callers on one shard: dequeuers claim each job once, acks racing the reclaimer
-move each job once, enqueuers get distinct ids. The helpers run the threads and retry what the
-contract lets a storage roll back under contention."""
+move each job once, enqueuers get distinct ids, a queue deleted and re-created under its callers
+answers only QueueNotFound and leaves other queues alone. The helpers run the threads and retry
+what the contract lets a storage roll back under contention."""
 
 from __future__ import annotations
 
@@ -10,9 +11,18 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from pinlater.storage.errors import ShardError
+from pinlater.storage.claims import new_claim
+from pinlater.storage.errors import QueueBusy, QueueNotFound, ShardError
 from pinlater.storage.models import Ack, NewJob
-from pinlater.storage.shard_kit.kit import IN_PROGRESS, QUEUE, SUCCEEDED, Kit, by_source
+from pinlater.storage.shard_kit.kit import (
+    IN_PROGRESS,
+    PENDING,
+    QUEUE,
+    SOURCE,
+    SUCCEEDED,
+    Kit,
+    by_source,
+)
 from pinlater.storage.shard_kit.registry import check
 
 T = TypeVar("T")
@@ -118,3 +128,61 @@ def concurrency_enqueuers_get_distinct_ids_matching_their_jobs(kit: Kit) -> None
         found = {(r.priority, r.local_id): r.body for r in kit.shard.lookup(QUEUE, refs, True)}
         assert [found[ref] for ref in refs] == bodies
     assert len(seen) == 4 * 5 * 37
+
+
+@check(rule=("Q-delete-concurrent", "E-queue-busy"))
+def concurrency_delete_and_create_churn_answers_queue_not_found_and_spares_other_queues(
+    kit: Kit,
+) -> None:
+    """One handle deletes and re-creates queue "x" in a loop while others enqueue, claim, ack
+    and count on it and on queue "y". On "x" every call succeeds or raises QueueNotFound (or
+    QueueBusy, which the sharded layer retries); "y" never sees an error at all."""
+    admin = kit.open()
+    for name in ("x", "y"):
+        admin.create_queue(name)
+    stop = threading.Event()
+
+    def churn() -> None:
+        try:
+            for _ in range(CHURN_CYCLES):
+                admin.delete_queue("x")
+                admin.create_queue("x")
+        finally:
+            stop.set()
+
+    def work(queue: str, tolerated: tuple[type[Exception], ...]) -> None:
+        shard = kit.open()
+        while not stop.is_set():
+            for call in _worker_round(shard, queue):
+                try:
+                    call()
+                except tolerated:
+                    pass  # the queue is gone (or busy) at this moment: a correct answer
+
+    run_threads(
+        [churn]
+        + [functools.partial(work, "x", (QueueNotFound, QueueBusy))] * 3
+        + [functools.partial(work, "y", ())]
+    )
+    assert admin.queue_names() >= {"x", "y"}
+    admin.delete_queue("x")
+    admin.create_queue("x")
+    assert admin.enqueue("x", [NewJob(body=b"after")]) == [1]  # fresh, and usable
+
+
+#: delete/create cycles of the churn check (each a few ms to ~100 ms, by backend)
+CHURN_CYCLES = 15
+
+
+def _worker_round(shard, queue: str) -> list[Callable[[], object]]:
+    """What a worker does on `queue`: enqueue, claim, ack what it claimed, count."""
+
+    def claim_and_ack() -> None:
+        jobs = shard.dequeue(queue, 1, 3, new_claim(SOURCE))
+        shard.ack(queue, [Ack(1, j.local_id, by_source()) for j in jobs], [])
+
+    return [
+        lambda: shard.enqueue(queue, [NewJob(body=b"c")] * 3),
+        claim_and_ack,
+        lambda: shard.count(queue, PENDING, [1, 2, 3], False, 10**6, None),
+    ]
