@@ -18,7 +18,6 @@ marked unhealthy.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import tempfile
@@ -31,36 +30,20 @@ from tests.support import ddl_load  # noqa: E402
 from tests.support.server_process import ServerProcess  # noqa: E402
 
 
-@contextlib.contextmanager
-def one_shard(kind: str, tmp: Path):
-    """The `backend:` section of one throwaway shard of `kind`."""
-    if kind == "sqlite":
-        yield {"kind": "sqlite", "data_dir": str(tmp / "sqlite"), "shards": [{"name": "1"}]}
-    elif kind == "redis":
-        from tests.support.redis_env import running_server
-
-        with running_server(tmp / "redis") as server:
-            yield {"kind": "redis", "shards": [server.shard("r1")]}
-    elif kind == "mysql":
-        from tests.support.mysql_env import running_server
-
-        with running_server(tmp / "mysql") as server:
-            yield {"kind": "mysql", "shards": [server.shard("m1")]}
-    else:
-        raise SystemExit(f"unknown backend {kind}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("sqlite", "redis", "mysql"), default="sqlite")
     parser.add_argument("--jobs", type=int, default=200_000, help="jobs in the deleted queue")
     parser.add_argument("--body-size", type=int, default=100)
     parser.add_argument("--churn", type=float, default=0.0, help="run the churn for N seconds")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the server's tmp dir")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-big-delete-") as tmp_dir:
-        tmp = Path(tmp_dir)
+    with tempfile.TemporaryDirectory(prefix="bench-big-delete-") as scratch:
+        tmp = Path(tempfile.mkdtemp(prefix="bench-big-delete-kept-") if args.keep_logs else scratch)
+        if args.keep_logs:
+            print(f"server log and data in {tmp}", file=sys.stderr)
         with (
-            one_shard(args.backend, tmp) as backend,
+            ddl_load.one_shard(args.backend, tmp) as backend,
             ServerProcess(ddl_load.ddl_config(backend), tmp) as server,
         ):
             report: dict = {"backend": args.backend}
@@ -73,6 +56,8 @@ def main() -> None:
                     "other_queue": dict(got.other),
                     "ddl": dict(got.ddl),
                     "slowest_call_s": round(got.slowest_call, 3),
+                    "ddl_max_s": round(max(got.ddl_seconds, default=0), 3),
+                    "ddl_mean_s": round(sum(got.ddl_seconds) / max(len(got.ddl_seconds), 1), 3),
                     "messages": got.messages,
                     "unhealthy_log_lines": ddl_load.unhealthy_lines(server)[:5],
                 }

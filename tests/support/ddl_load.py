@@ -11,12 +11,14 @@ Everything goes over a real socket to a `ServerProcess`; nothing here looks insi
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pinlater.idl import ErrorCode, PinLaterException, RequestContext
 from pinlater.idl import pinlater_thrift as t
@@ -25,6 +27,25 @@ from tests.support.server_process import ADMIN_PASSWORD, ServerProcess, admin_co
 CTX = RequestContext(source="ddl-load")
 #: the server log lines that say a shard was taken out of service
 UNHEALTHY_LOG_MARKERS = ("is unhealthy after", "marked unhealthy")
+
+
+@contextlib.contextmanager
+def one_shard(kind: str, tmp: Path) -> Iterator[dict]:
+    """The `backend:` section of one throwaway shard of `kind` (so two queues share a shard)."""
+    if kind == "sqlite":
+        yield {"kind": "sqlite", "data_dir": str(tmp / "sqlite"), "shards": [{"name": "1"}]}
+    elif kind == "redis":
+        from tests.support.redis_env import running_server
+
+        with running_server(tmp / "redis") as server:
+            yield {"kind": "redis", "shards": [server.shard("r1")]}
+    elif kind == "mysql":
+        from tests.support.mysql_env import running_server
+
+        with running_server(tmp / "mysql") as server:
+            yield {"kind": "mysql", "shards": [server.shard("m1")]}
+    else:
+        raise ValueError(f"unknown backend {kind}")
 
 
 def ddl_config(backend: dict) -> dict:
@@ -67,7 +88,8 @@ class ChurnResult:
     other: Counter = field(default_factory=Counter)  # outcomes on the steady queue
     ddl: Counter = field(default_factory=Counter)  # outcomes of deleteQueue / createQueue
     cycles: int = 0
-    slowest_call: float = 0.0  # seconds, any client call
+    slowest_call: float = 0.0  # seconds, any worker call
+    ddl_seconds: list[float] = field(default_factory=list)  # each deleteQueue / createQueue
     messages: dict[str, str] = field(default_factory=dict)  # one message per error kind
 
 
@@ -116,7 +138,10 @@ def churn(
         elapsed = time.monotonic() - started
         with lock:
             counter[got] += 1
-            result.slowest_call = max(result.slowest_call, elapsed)
+            if counter is result.ddl:
+                result.ddl_seconds.append(elapsed)
+            else:
+                result.slowest_call = max(result.slowest_call, elapsed)
 
     def work(queue: str, counter: Counter) -> None:
         client = server.client(timeout)
