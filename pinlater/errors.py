@@ -86,6 +86,12 @@ class ShardFull(ShardConnectionFailed):
     SHARD_CONNECTION_FAILED with a message that says so."""
 
 
+class QueueContended(ShardConnectionFailed):
+    """One queue's own contention in the storage (its createQueue/deleteQueue holding its
+    tables, lock waits between calls on it) lasted through every retry. The shard is healthy;
+    the IDL has no code of its own for it, so it travels as SHARD_CONNECTION_FAILED."""
+
+
 ERRORS_BY_CODE: dict[int, type[PinLaterError]] = {
     cls.code: cls
     for cls in (

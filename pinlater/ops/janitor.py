@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pinlater.config import JanitorConfig
-from pinlater.errors import PinLaterError, QueueNotFound
+from pinlater.errors import PinLaterError, QueueContended, QueueNotFound
 from pinlater.storage.models import JobState
 from pinlater.storage.sharded import ShardedBackend
 
@@ -83,8 +83,13 @@ class Janitor:
         return counts
 
     def _finish_deletes(self, name: str) -> None:
-        """Free what interrupted deleteQueues left on the shard (Shard.finish_deletes)."""
-        finished = self.store.call(name, lambda s: s.finish_deletes())
+        """Free what interrupted deleteQueues left on the shard (Shard.finish_deletes); a
+        failure here costs the shard's reclaim and purge nothing."""
+        try:
+            finished = self.store.call(name, lambda s: s.finish_deletes())
+        except PinLaterError as exc:
+            log.warning("janitor: shard %s: interrupted deletes not finished: %s", name, exc)
+            return
         if finished:
             log.info("janitor: shard %s: finished %d interrupted queue deletes", name, finished)
 
@@ -105,6 +110,8 @@ class Janitor:
                     self._purge(name, queue, priority, state, int(ttl * 1000), counts)
         except QueueNotFound:
             return  # deleted while we were cleaning it
+        except QueueContended as exc:  # busy with its own DDL: the shard's other queues go on
+            log.warning("janitor: queue %s on shard %s skipped this pass: %s", queue, name, exc)
 
     def _reclaim(
         self, name: str, queue: str, priority: int, timeout_ms: int, counts: JanitorCounts

@@ -24,6 +24,7 @@ from pinlater.errors import (
     EnqueueRejected,
     InvalidRequest,
     NoHealthyShards,
+    QueueContended,
     QueueNotFound,
     ShardConnectionFailed,
     ShardFull,
@@ -206,7 +207,8 @@ class ShardedBackend:
                 observe(name, time.perf_counter() - started, True)
             self.health.record_success(name)
             return result
-        raise ShardConnectionFailed(str(last))  # "shard NAME: cause" (ShardError's own text)
+        failed = QueueContended if isinstance(last, QueueBusy) else ShardConnectionFailed
+        raise failed(str(last))  # "shard NAME: cause" (ShardError's own text)
 
     def _record_failure(self, name: str, exc: ShardError) -> None:
         """A shard-scoped failure: a timeout takes the shard out at once, anything else counts

@@ -107,3 +107,33 @@ def test_a_queues_own_contention_is_retried_and_never_turns_a_shard_unhealthy(ap
         assert api.dequeue_ids(other) == [mine]
     with intercepted(api.store, "lookup", fail_with=queue_busy, fail_times=tries - 1):
         assert api.job(d).body == b"x"  # contention that clears within the retries is invisible
+
+
+@pytest.mark.rule("E-queue-busy")
+def test_the_janitor_skips_only_the_busy_queue_and_cleans_the_others_of_its_shard(api, queue):
+    busy = api.new_queue(prefix="a")  # sorts first: the janitor meets it before `queue`
+    for name in (busy, queue):
+        api.enqueue(name, *[b"x"] * 6)
+        api.dequeue(name, 6)
+    api.advance(61_000)
+    shards = api.store.shard_names()
+    real = {name: api.store.shard(name).reclaim_expired for name in shards}
+
+    def contended(name):
+        def reclaim(q, *args):
+            if q == busy:
+                raise queue_busy(name)
+            return real[name](q, *args)
+
+        return reclaim
+
+    try:
+        for name in shards:
+            api.store.shard(name).reclaim_expired = contended(name)
+        api.janitor(claim_timeout_seconds=60)
+    finally:
+        for name in shards:
+            del api.store.shard(name).reclaim_expired
+    assert api.count(queue, 0) == 6  # reclaimed on every shard despite its busy neighbour
+    assert api.count(busy, 1) == 6
+    assert not api.store.health.unhealthy()
