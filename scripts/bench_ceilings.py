@@ -1,0 +1,474 @@
+#!/usr/bin/env python3
+"""Each backend through the server next to its own ceiling without the server, interleaved.
+
+    PYTHONPATH=. python scripts/bench_ceilings.py [--runs 5] [--jobs 50000]
+        [--backends sqlite redis mysql] [--no-background] [--json FILE]
+
+One invocation starts, per backend, throwaway storage (SQLite files; a redis-server with the
+shipped queue config and `appendfsync everysec`; a mariadbd with
+innodb_flush_log_at_trx_commit=1) and one `pinlater-server` on it (janitor and queue-depth
+collector on, as shipped, unless --no-background), then runs `--runs` rounds on that same
+server and storage. Each round, per backend, side by side:
+
+* enqueue: `pinlater enqueue` load (batch 100, 4 client threads) through the server, and the
+  ceiling (scripts/ceiling_direct.py: the storage driven from 4 threads of this process
+  without the server: SQLite shard primitives, Redis scripts as pipelined EVALSHA, the MySQL
+  shard's statements replayed with pymysql);
+* dequeue+ack: `pinlater dequeue` load (dequeue 100, then ack them) and its ceiling;
+* worker: `pinlater-worker` with its default options and a no-op handler draining a queue
+  filled with the same number of jobs, next to the round's raw dequeue+ack rate.
+
+The two sides alternate which goes first (A/B, B/A) so that the shared machine's noise hits
+both alike; the ratios (server / ceiling, worker / raw) are taken per round and their median,
+min and max reported. Rounds add a new queue each and leave their finished jobs, so the
+per-round trend shows whether a backend slows as work accumulates. CPU time per 100 jobs is
+given per process (server, storage, load client, this process), less noisy than rates on a
+busy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_server import cpu_seconds  # noqa: E402
+from ceiling_direct import BATCH, MySQLDirect, RedisDirect, SQLiteDirect  # noqa: E402
+
+from tests.support.server_process import ServerProcess  # noqa: E402
+from tests.support.storage_process import free_port  # noqa: E402
+from worker_sdk import JobState, PinLaterClient  # noqa: E402
+
+CLIENTS = 4
+MODES = ("enqueue", "dequeue")
+
+
+def noop(job) -> None:
+    """The worker benchmark's handler (`--handler bench_ceilings:noop`)."""
+
+
+@dataclass
+class Measure:
+    """One load run: rate, latency percentiles and CPU ms per 100 jobs by process."""
+
+    jobs: int
+    seconds: float
+    p50_ms: float | None
+    p99_ms: float | None
+    cpu: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / max(self.seconds, 1e-9)
+
+    def text(self) -> str:
+        cpu = ", ".join(f"{k} {v:.2f}" for k, v in self.cpu.items())
+        lat = "" if self.p50_ms is None else f"  p50 {self.p50_ms:7.2f}  p99 {self.p99_ms:7.2f}"
+        return f"{self.rate:9,.0f} jobs/s{lat}  cpu ms/100 jobs: {cpu}"
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+class CpuMeter:
+    """CPU seconds of named processes (this process via getrusage) between start and stop."""
+
+    def __init__(self, pids: dict[str, int | None]):
+        self.pids = {name: pid for name, pid in pids.items() if pid}
+        self.before = self._read()
+
+    def _read(self) -> dict[str, float]:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        out["bench"] = usage.ru_utime + usage.ru_stime
+        out["client"] = children.ru_utime + children.ru_stime
+        return out
+
+    def per_100_jobs(self, jobs: int) -> dict[str, float]:
+        after = self._read()
+        scale = 100_000 / max(jobs, 1)  # seconds -> ms per 100 jobs
+        return {
+            name: round((after[name] - self.before[name]) * scale, 3)
+            for name in after
+            if after[name] - self.before[name] > 0
+        }
+
+
+# ---------------------------------------------------------------- storage and server
+
+
+@dataclass
+class Rig:
+    """One backend: its storage, a server on it, and its ceiling driver."""
+
+    kind: str
+    server: ServerProcess
+    storage_pid: int | None
+    direct: Any
+    client: PinLaterClient
+
+    @property
+    def address(self) -> str:
+        return f"{self.server.host}:{self.server.port}"
+
+
+@contextlib.contextmanager
+def storage(kind: str, tmp: Path) -> Iterator[tuple[dict, int | None, Callable[[], Any]]]:
+    """(the server's backend section, the storage PID or None, a factory of the ceiling
+    driver) for fresh throwaway storage of `kind`."""
+    if kind == "sqlite":
+        data = str(tmp / "sqlite")
+        section = {"kind": "sqlite", "data_dir": data, "shards": [{"name": "1"}]}
+        yield section, None, lambda: SQLiteDirect(data)
+    elif kind == "redis":
+        from tests.support.redis_env import running_server
+
+        with running_server(
+            tmp / "redis",
+            config_file=ROOT / "configs" / "redis-queue.conf",
+            extra=["--appendfsync", "everysec"],
+        ) as redis_server:
+            pid = redis_server.proc.pid
+            section = {"kind": "redis", "shards": [redis_server.shard("r1")]}
+            yield section, pid, lambda: RedisDirect(redis_server.port, pid)
+    elif kind == "mysql":
+        from tests.support.mysql_env import running_server as running_mariadb
+
+        with running_mariadb(
+            tmp / "mysql", flush_log_at_trx_commit=1, extra=["--innodb-buffer-pool-size=512M"]
+        ) as db:
+            pid = db.proc.pid
+            section = {"kind": "mysql", "shards": [db.shard("m1", pool_size=2 * CLIENTS + 8)]}
+            yield section, pid, lambda: MySQLDirect(db.port, pid)
+    else:
+        raise SystemExit(f"unknown backend {kind}")
+
+
+@contextlib.contextmanager
+def rig(kind: str, tmp: Path, background: bool) -> Iterator[Rig]:
+    with storage(kind, tmp / kind) as (section, storage_pid, make_direct):
+        config: dict[str, Any] = {"backend": section}
+        if background:  # as shipped: janitor every 10 s, depth gauges every 15 s
+            config["metrics"] = {"port": free_port()}
+        else:
+            config["janitor"] = {"enabled": False}
+        with ServerProcess(config, tmp / kind / "server", start_timeout=60) as server:
+            direct = make_direct()
+            client = PinLaterClient(
+                f"{server.host}:{server.port}", source="bench-ceilings", pool_size=4
+            )
+            try:
+                yield Rig(kind, server, storage_pid, direct, client)
+            finally:
+                client.close()
+                direct.close()
+
+
+# ---------------------------------------------------------------- the measurements
+
+
+def through_server(rig: Rig, mode: str, queue: str, args) -> Measure:
+    """One `pinlater enqueue|dequeue` load run against the rig's server."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "pinlater.cli",
+        "--servers",
+        rig.address,
+        "--json",
+        mode,
+        "--queue",
+        queue,
+        "--num_queries",
+        str(args.jobs // BATCH),
+        "--batch_size",
+        str(BATCH),
+        "--concurrency",
+        str(CLIENTS),
+    ]
+    if mode == "enqueue":
+        cmd += ["--body", "x" * args.body]
+    meter = CpuMeter({"server": rig.server.pid, "storage": rig.storage_pid})
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800, check=False
+    )
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines or lines[-1].get("errors"):
+        raise RuntimeError(f"{' '.join(cmd[2:8])} failed: {done.stderr[-2000:]}")
+    report = lines[-1]
+    cpu = meter.per_100_jobs(report["jobs"])
+    cpu.pop("bench", None)
+    return Measure(report["jobs"], report["elapsed_s"], report["p50_ms"], report["p99_ms"], cpu)
+
+
+def ceiling(rig: Rig, mode: str, queue: str, args) -> Measure:
+    """The same load on the storage without the server, from CLIENTS threads."""
+    calls = args.jobs // BATCH // CLIENTS
+    body = b"x" * args.body
+    results: list[tuple[list[float], int]] = [([], 0)] * CLIENTS
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            if mode == "enqueue":
+                results[i] = rig.direct.enqueue(queue, body, calls)
+            else:
+                results[i] = rig.direct.drain(queue, calls, i)
+        except BaseException as exc:  # noqa: BLE001 - reported after the join
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(CLIENTS)]
+    meter = CpuMeter({"storage": rig.storage_pid})
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    jobs = sum(r[1] for r in results)
+    latencies = [x * 1000 for r in results for x in r[0]]
+    cpu = meter.per_100_jobs(jobs)
+    cpu.pop("client", None)
+    return Measure(jobs, elapsed, percentile(latencies, 0.5), percentile(latencies, 0.99), cpu)
+
+
+def fill(rig: Rig, queue: str, jobs: int, body: bytes) -> None:
+    rig.client.create_queue(queue)
+    for start in range(0, jobs, 1000):
+        rig.client.enqueue(queue, [body] * min(1000, jobs - start))
+
+
+def worker_drain(rig: Rig, queue: str, args) -> Measure:
+    """`pinlater-worker` with default options and a no-op handler on a filled queue: timed
+    from its "worker started" log line (imports excluded) until the server counts every job
+    SUCCEEDED (polled every 50 ms)."""
+    fill(rig, queue, args.jobs, b"x" * args.body)
+    cmd = [
+        sys.executable,
+        "-m",
+        "worker_sdk.worker_cli",
+        "--queue",
+        queue,
+        "--handler",
+        "bench_ceilings:noop",
+        "--servers",
+        rig.address,
+        "--no-status",
+    ]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'scripts'}"}
+    meter = CpuMeter({"server": rig.server.pid, "storage": rig.storage_pid})
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT / "scripts", env=env, stderr=subprocess.PIPE, text=True, bufsize=1
+    )
+    try:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            if "worker started" in line:
+                break
+        started = time.perf_counter()
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # type: ignore[union-attr]
+        deadline = time.monotonic() + 900
+        while rig.client.count(queue, JobState.SUCCEEDED) < args.jobs:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"worker did not drain {queue} (exit {proc.poll()})")
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - started
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    cpu = meter.per_100_jobs(args.jobs)
+    cpu.pop("bench", None)
+    cpu["worker"] = cpu.pop("client", 0.0)  # the worker process is this run's only child
+    return Measure(args.jobs, elapsed, None, None, cpu)
+
+
+# ---------------------------------------------------------------- rounds and the report
+
+
+@dataclass
+class Results:
+    """Measures by (backend, label) in round order; labels like "server enqueue"."""
+
+    by_key: dict[tuple[str, str], list[Measure]] = field(default_factory=dict)
+
+    def add(self, kind: str, label: str, measure: Measure) -> None:
+        self.by_key.setdefault((kind, label), []).append(measure)
+
+    def get(self, kind: str, label: str) -> list[Measure]:
+        return self.by_key.get((kind, label), [])
+
+
+def one_round(rigs: list[Rig], round_no: int, args, results: Results) -> None:
+    for r in rigs:
+        sides = [("server", through_server), ("ceiling", ceiling)]
+        if round_no % 2:
+            sides.reverse()
+        for mode in MODES:
+            for side, measure in sides:
+                queue = f"{side[0]}{round_no}"
+                if mode == "enqueue" and side == "ceiling":
+                    r.direct.create_queue(queue)
+                elif mode == "enqueue":
+                    r.client.create_queue(queue)
+                m = measure(r, mode, queue, args)
+                results.add(r.kind, f"{side} {mode}", m)
+                print(f"  {r.kind:6} {side:7} {mode:7} {m.text()}", flush=True)
+        if not args.no_worker:
+            m = worker_drain(r, f"w{round_no}", args)
+            results.add(r.kind, "worker", m)
+            print(f"  {r.kind:6} worker  drain   {m.text()}", flush=True)
+
+
+def ratios(top: list[Measure], bottom: list[Measure]) -> list[float]:
+    return [a.rate / b.rate for a, b in zip(top, bottom, strict=False) if b.rate]
+
+
+def spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    if not values:
+        return "-"
+    med = fmt.format(statistics.median(values))
+    return f"{med} [{fmt.format(min(values))}..{fmt.format(max(values))}]"
+
+
+def median_of(measures: list[Measure], attr: str) -> float | None:
+    values = [getattr(m, attr) for m in measures if getattr(m, attr) is not None]
+    return statistics.median(values) if values else None
+
+
+def summary(kinds: list[str], results: Results, runs: int) -> dict[str, Any]:
+    """Print the per-backend summary; return it as a dict (for --json)."""
+    out: dict[str, Any] = {}
+    print(f"\nmedians over {runs} rounds [min..max]; ratio = server / ceiling, taken per round")
+    for kind in kinds:
+        out[kind] = {}
+        for mode in MODES:
+            srv, top = results.get(kind, f"server {mode}"), results.get(kind, f"ceiling {mode}")
+            row = {
+                "server_jobs_per_s": [round(m.rate) for m in srv],
+                "ceiling_jobs_per_s": [round(m.rate) for m in top],
+                "ratio": [round(x, 3) for x in ratios(srv, top)],
+                "server_p50_ms": median_of(srv, "p50_ms"),
+                "server_p99_ms": median_of(srv, "p99_ms"),
+                "ceiling_p50_ms": median_of(top, "p50_ms"),
+                "ceiling_p99_ms": median_of(top, "p99_ms"),
+                "server_cpu_ms_per_100": _median_cpu(srv),
+                "ceiling_cpu_ms_per_100": _median_cpu(top),
+            }
+            out[kind][mode] = row
+            label = "dequeue+ack" if mode == "dequeue" else mode
+            print(
+                f"{kind:6} {label:11} server {spread([m.rate for m in srv], '{:,.0f}')} jobs/s"
+                f"  ceiling {spread([m.rate for m in top], '{:,.0f}')} jobs/s"
+                f"  ratio {spread(ratios(srv, top))}"
+            )
+            print(
+                f"{'':18} server p50 {_ms(row['server_p50_ms'])} p99 {_ms(row['server_p99_ms'])}"
+                f" (p99/p50 {_tail(row['server_p99_ms'], row['server_p50_ms'])})"
+                f"  | ceiling p50 {_ms(row['ceiling_p50_ms'])} p99 {_ms(row['ceiling_p99_ms'])}"
+            )
+            print(
+                f"{'':18} cpu ms/100 jobs: server side {row['server_cpu_ms_per_100']}"
+                f"  ceiling side {row['ceiling_cpu_ms_per_100']}"
+            )
+            print(f"{'':18} trend by round (server): {row['server_jobs_per_s']}")
+            print(f"{'':18} trend by round (ceiling): {row['ceiling_jobs_per_s']}")
+        workers, raw = results.get(kind, "worker"), results.get(kind, "server dequeue")
+        if workers:
+            out[kind]["worker"] = {
+                "jobs_per_s": [round(m.rate) for m in workers],
+                "ratio_to_raw": [round(x, 3) for x in ratios(workers, raw)],
+                "cpu_ms_per_100": _median_cpu(workers),
+            }
+            print(
+                f"{kind:6} worker      {spread([m.rate for m in workers], '{:,.0f}')} jobs/s"
+                f"  / raw dequeue+ack: {spread(ratios(workers, raw))}"
+                f"  cpu ms/100 jobs {_median_cpu(workers)}"
+            )
+    return out
+
+
+def _median_cpu(measures: list[Measure]) -> dict[str, float]:
+    names = sorted({name for m in measures for name in m.cpu})
+    return {
+        name: round(statistics.median([m.cpu.get(name, 0.0) for m in measures]), 2)
+        for name in names
+    }
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} ms"
+
+
+def _tail(p99: float | None, p50: float | None) -> str:
+    return "-" if not (p99 and p50) else f"{p99 / p50:.1f}x"
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="rounds on the same servers (5)")
+    parser.add_argument("--jobs", type=int, default=50_000, help="jobs per load run (50000)")
+    parser.add_argument("--body", type=int, default=100, help="body size in bytes (100)")
+    parser.add_argument("--backends", nargs="+", default=["sqlite", "redis", "mysql"])
+    parser.add_argument(
+        "--no-background",
+        action="store_true",
+        help="server without janitor and depth collector (isolates their cost)",
+    )
+    parser.add_argument("--no-worker", action="store_true", help="skip pinlater-worker runs")
+    parser.add_argument("--json", help="also write the summary as JSON to this file")
+    args = parser.parse_args()
+    print(
+        f"batch {BATCH}, {CLIENTS} clients, {args.jobs} jobs per run, body {args.body} B, "
+        f"{args.runs} rounds, backends {' '.join(args.backends)}, background duties "
+        f"{'off' if args.no_background else 'on'}; load average {load_average()}",
+        flush=True,
+    )
+    results = Results()
+    with (
+        tempfile.TemporaryDirectory(prefix="pinlater-ceilings-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
+        rigs = [
+            stack.enter_context(rig(kind, Path(tmp), not args.no_background))
+            for kind in args.backends
+        ]
+        for round_no in range(args.runs):
+            print(f"round {round_no + 1} (load average {load_average()})", flush=True)
+            one_round(rigs, round_no, args, results)
+    report = summary(args.backends, results, args.runs)
+    print(f"load average at the end: {load_average()}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
