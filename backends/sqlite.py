@@ -16,10 +16,13 @@ bounded steps with the write lock released in between (`_free`), so deleting a b
 stalls the shard's other queues; the janitor finishes what a crash interrupted
 (`finish_deletes`).
 
-Concurrency: a small pool of connections (one per concurrently running thread, reused),
-autocommit mode with explicit `BEGIN IMMEDIATE` for writes (the writer lock is taken up front, so
-no deadlock-prone lock upgrades) and `BEGIN` for consistent reads; WAL lets readers run beside
-the writer. SQLite has no server clock: `now_ms` is this process's injectable clock.
+Concurrency: writes go through one connection per shard with group commit
+(`backends/sqlite_writer.py`): this process's writers queue on a lock instead of meeting in
+SQLite's sleeping busy handler, and requests that arrive while a commit is under way share the
+next transaction (`BEGIN IMMEDIATE`, a savepoint per request) and its fsync; each is answered
+after that commit. Reads use a small pool of connections (one per concurrently running thread,
+reused) with `BEGIN` for a consistent snapshot; WAL lets them run beside the writer. SQLite has
+no server clock: `now_ms` is this process's injectable clock.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.sql_base import QueryBook, SQLDialect, SQLShard
+from backends.sqlite_writer import GroupCommit
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
 from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
 from pinlater.storage.specs import ConfigError, parse_shard_list
@@ -153,6 +157,7 @@ class SQLiteShard(SQLShard):
         self.busy_timeout_ms = busy_timeout_ms
         self._clock = clock
         self._idle: list[sqlite3.Connection] = []
+        self._writer = GroupCommit(self.name, self._connect, self._translate)
         self._lock = threading.Lock()
         self._closed = False
         self._ready = False
@@ -263,8 +268,13 @@ class SQLiteShard(SQLShard):
                 _rollback(used)
                 raise
 
-    def _write(self):
-        return self._transaction("BEGIN IMMEDIATE")
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Cursor]:
+        """This request's part of the shard's group-committed write transaction."""
+        if not self._ready:
+            self._prepare()
+        with self._writer.transaction() as cur:
+            yield cur
 
     def _read(self):
         return self._transaction("BEGIN")
@@ -424,6 +434,7 @@ class SQLiteShard(SQLShard):
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+        self._writer.close()
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
