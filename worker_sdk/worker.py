@@ -16,9 +16,14 @@ What it guarantees, and how:
 * **The queue must exist.** run() checks once at start and raises QueueNotFound when it does
   not, or, with `wait_for_queue=True`, logs that it waits and polls until the queue is created
   (or stop() is called). Until the server answers that check, it is retried like any call.
-* **Never more jobs than slots.** Each dequeue asks for exactly the number of free handler
-  slots (at most `max_batch`), so a claimed job never waits in a local buffer while its claim
-  ages.
+* **Bounded jobs in hand, more of them while handlers are fast.** `concurrency` handler
+  threads run jobs; beyond them the worker claims jobs ahead only as many as its threads can
+  start within `prefetch_wait` (0.05 s) at the handlers' measured speed, at most
+  `max_prefetch` (1000) and `prefetch_bytes` (64 MiB) of bodies (worker_sdk/slots.py). Fast
+  handlers thus get large batches per round trip (a no-op handler drains at the rate of a
+  batching client), while slow ones get exactly `concurrency` jobs at a time, as does every
+  handler until one has finished; a handler that turns slow stops the prefetch before the next
+  dequeue. `max_prefetch=0` never holds more jobs than threads.
 * **Acks ride on the next dequeue** with the claims the server handed out (the client sends
   `DequeuedJob.claim` back as PinLaterJobAckInfo.claimDescriptor), so a stale ack cannot touch a
   job another worker now holds. While the queue is idle they are sent on their own after
@@ -67,6 +72,7 @@ from worker_sdk.errors import DequeueRateLimited, PinLaterError, QueueNotFound
 from worker_sdk.job import FailJob, JobContext, RetryJob
 from worker_sdk.models import AckInfo, Acks, CheckpointRequest, DequeuedJob
 from worker_sdk.retry import ExponentialRetry, RetryPolicy, as_policy
+from worker_sdk.slots import SlotController
 
 log = logging.getLogger("worker_sdk.worker")
 
@@ -146,6 +152,9 @@ class Worker:
         retry: RetryPolicy | Callable | float | None = None,
         heartbeat: float | None = None,
         max_batch: int = 1000,
+        max_prefetch: int = 1000,
+        prefetch_wait: float = 0.05,
+        prefetch_bytes: int = 64 * 1024 * 1024,
         idle_backoff: tuple[float, float] = (0.05, 1.0),
         error_backoff: tuple[float, float] = (0.1, 5.0),
         ack_delay: float = 0.02,
@@ -161,6 +170,14 @@ class Worker:
             raise ValueError("heartbeat must be > 0 seconds (or None for none)")
         self.client, self.queue, self.handler = client, queue, handler
         self.concurrency, self.max_batch = concurrency, max_batch
+        self._slots = SlotController(
+            concurrency,
+            max_prefetch=max_prefetch,
+            prefetch_wait=prefetch_wait,
+            prefetch_bytes=prefetch_bytes,
+        )
+        #: when each handler thread started its current job (0: idle); one writer per entry
+        self._job_started = [0.0] * concurrency
         self.retry = ExponentialRetry() if retry is None else as_policy(retry)
         self.heartbeat, self.ack_delay = heartbeat, ack_delay
         self.shutdown_timeout, self.ack_flush_timeout = shutdown_timeout, ack_flush_timeout
@@ -179,6 +196,7 @@ class Worker:
         self._next_dequeue = 0.0
         self._stats = WorkerStats()
         self._signals = 0
+        self._loop_waiting = False
 
     # ---- control ----
 
@@ -198,7 +216,7 @@ class Worker:
 
     def _run_threads(self) -> bool:
         threads = [
-            threading.Thread(target=self._work, daemon=True, name=f"pinlater-worker-{i}")
+            threading.Thread(target=self._work, args=(i,), daemon=True, name=f"pinlater-worker-{i}")
             for i in range(self.concurrency)
         ]
         if self.heartbeat:
@@ -298,29 +316,37 @@ class Worker:
     def _dequeue_loop(self) -> None:
         while True:
             with self._cond:
-                action = self._next_action()
+                action, size = self._next_action()
                 if action == "stop":
                     return
-                limit = min(self.concurrency - self._in_flight_locked(), self.max_batch)
                 acks = self._take_acks()
             if action == "dequeue":
-                self._dequeue(limit, acks)
+                self._dequeue(size, acks)
             else:
                 self._send_acks(acks)
 
-    def _next_action(self) -> str:
-        """Wait (lock held) until a dequeue or an ack flush is due, or we are stopping."""
+    def _next_action(self) -> tuple[str, int]:
+        """Wait (lock held) until a dequeue (of how many jobs) or an ack flush is due, or we are
+        stopping."""
         while not self._stopping.is_set():
             now = time.monotonic()
-            free = self.concurrency - self._in_flight_locked()
-            if free > 0 and now >= self._next_dequeue:
-                return "dequeue"
+            size = self._dequeue_size(now)
+            if size > 0 and now >= self._next_dequeue:
+                return "dequeue", size
             ack_at = self._ack_due()
             if ack_at is not None and now >= ack_at:
-                return "flush"
-            wake = [t for t in (self._next_dequeue if free > 0 else None, ack_at) if t is not None]
+                return "flush", 0
+            wake = [t for t in (self._next_dequeue if size > 0 else None, ack_at) if t is not None]
+            self._loop_waiting = True
             self._cond.wait(min(min(wake) - now, 1.0) if wake else 1.0)
-        return "stop"
+            self._loop_waiting = False
+        return "stop", 0
+
+    def _dequeue_size(self, now: float) -> int:
+        """Lock held: jobs to ask for now (0: none), by the slot controller."""
+        started = [t for t in self._job_started if t]
+        longest = now - min(started) if started else 0.0
+        return self._slots.dequeue_size(self._in_flight_locked(), self.max_batch, longest)
 
     def _dequeue(self, limit: int, acks: tuple[list, list]) -> None:
         try:
@@ -395,6 +421,7 @@ class Worker:
     def _submit(self, jobs: list[DequeuedJob]) -> None:
         with self._cond:
             self._stats.dequeued += len(jobs)
+            self._slots.jobs_received(len(jobs), sum(len(job.body) for job in jobs))
             for job in jobs:
                 context = JobContext(self.client, self.queue, job, self._stopping)
                 self._running[job.descriptor] = context
@@ -437,24 +464,38 @@ class Worker:
 
     # ---- handler threads ----
 
-    def _work(self) -> None:
+    def _work(self, slot: int) -> None:
         while True:
             context = self._tasks.get()
             if context is None:
                 return
             if self._done.is_set():
                 continue  # past the shutdown deadline: leave it to the claim timeout
+            started = self._job_started[slot] = time.monotonic()
             ack, ok = self._execute(context)
+            finished = time.monotonic()
+            self._job_started[slot] = 0.0
             with self._cond:
                 self._running.pop(context.descriptor, None)
+                first_ack = self._first_ack_at is None
                 self._add_ack(ack, ok)
+                self._slots.handler_finished(finished - started)
                 if context.released:
                     self._stats.rescheduled += 1
                 elif ok:
                     self._stats.succeeded += 1
                 else:
                     self._stats.failed += 1
-                self._cond.notify_all()
+                if self._worth_waking(finished, first_ack and ack is not None):
+                    self._cond.notify_all()
+
+    def _worth_waking(self, now: float, first_ack: bool) -> bool:
+        """Lock held, after a job finished: whether a waiting thread may now have work (the
+        loop: a dequeue or a first ack to schedule; the shutdown drain: nothing left running).
+        Waking the loop for every fast job would cost more than the jobs."""
+        if first_ack or not self._running or self._stopping.is_set():
+            return True
+        return self._loop_waiting and self._dequeue_size(now) > 0
 
     def _execute(self, job: JobContext) -> tuple[AckInfo | None, bool]:
         """Run the handler; returns the ack to send (None if the job was rescheduled)."""

@@ -53,6 +53,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--handler", required=True, help="module:function taking a JobContext")
     p.add_argument("--concurrency", "-c", type=int, default=4, help="handler threads (4)")
     p.add_argument(
+        "--max-prefetch",
+        type=int,
+        default=1000,
+        help="jobs claimed ahead of the threads at most, while handlers are fast enough to "
+        "start them within --prefetch-wait; 0: never more jobs than threads (1000)",
+    )
+    p.add_argument(
+        "--prefetch-wait",
+        type=_duration,
+        default=0.05,
+        help="how long a prefetched job may wait for a thread, at the handlers' measured "
+        "speed (50ms)",
+    )
+    p.add_argument(
         "--servers",
         default=os.environ.get(SERVERS_ENV) or "127.0.0.1:9010",
         help=f"comma-separated host:port list or a ServerSet file (${SERVERS_ENV}, else "
@@ -210,6 +224,8 @@ def run(args: argparse.Namespace, err: TextIO) -> int:
         raise UsageError(f"unknown --log-level {args.log_level!r}") from None
     if args.concurrency < 1 or args.max_batch < 1:
         raise UsageError("--concurrency and --max-batch must be >= 1")
+    if args.max_prefetch < 0:
+        raise UsageError("--max-prefetch must be >= 0")
     handler = load_handler(args.handler)
     retry = parse_retry(args.retry)
     log_handler = _StatusAwareHandler(err)
@@ -233,6 +249,8 @@ def _work(args, err: TextIO, handler, retry, log_handler: _StatusAwareHandler) -
         heartbeat=args.heartbeat,
         shutdown_timeout=args.shutdown_timeout,
         max_batch=args.max_batch,
+        max_prefetch=args.max_prefetch,
+        prefetch_wait=args.prefetch_wait,
         wait_for_queue=args.wait_for_queue,
     )
     show_status = args.status if args.status is not None else err.isatty()

@@ -1,5 +1,6 @@
 """Worker loop logic against a scripted stand-in for PinLaterClient (no server, no database):
-slot-bounded dequeues, piggy-backed acks, ack retry on failure, rate limiting, FailJob, stop."""
+slot-bounded dequeues and prefetch, piggy-backed acks, ack retry on failure, rate limiting,
+FailJob, stop."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def fast(client, handler, **options):
     return Worker(client, "q", handler, **{**defaults, **options})
 
 
-def test_never_asks_for_more_jobs_than_free_slots():
+def test_without_prefetch_never_asks_for_more_jobs_than_free_threads():
     client = ScriptedClient(jobs(10))
     gate = threading.Semaphore(0)
     active, peak = [0], [0]
@@ -104,7 +105,7 @@ def test_never_asks_for_more_jobs_than_free_slots():
         with lock:
             active[0] -= 1
 
-    worker = fast(client, handler, concurrency=3)
+    worker = fast(client, handler, concurrency=3, max_prefetch=0)
     thread = worker.start()
     wait_for(lambda: active[0] == 3, 5)
     time.sleep(0.1)

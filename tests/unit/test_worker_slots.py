@@ -1,0 +1,90 @@
+"""The worker's job limit (worker_sdk/slots.py): prefetch while handlers are fast, exactly the
+threads while they are slow, bounded by max_prefetch and bytes. Times are passed in: no sleeps."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker_sdk.slots import SlotController
+
+
+def test_until_a_handler_finished_the_worker_holds_one_job_per_thread():
+    slots = SlotController(4)
+    assert slots.limit() == 4
+    assert slots.dequeue_size(held=0, max_batch=1000) == 4
+    assert slots.dequeue_size(held=3, max_batch=1000) == 1
+    assert slots.dequeue_size(held=4, max_batch=1000) == 0
+
+
+def test_fast_handlers_prefetch_up_to_max_prefetch_in_big_batches():
+    slots = SlotController(4, max_prefetch=1000, prefetch_wait=0.05)
+    slots.handler_finished(0.00002)
+    assert slots.limit() == 4 + 1000
+    assert slots.dequeue_size(held=0, max_batch=1000) == 1000
+    # threads busy and 600 held: 404 free is under half the limit, so wait for a bigger batch
+    assert slots.dequeue_size(held=600, max_batch=1000) == 0
+    assert slots.dequeue_size(held=500, max_batch=1000) == 504
+    assert slots.dequeue_size(held=500, max_batch=100) == 100
+
+
+def test_prefetch_is_what_the_threads_start_within_prefetch_wait():
+    slots = SlotController(4, prefetch_wait=0.05)
+    slots.handler_finished(0.01)  # 4 threads start 20 jobs in 50 ms
+    assert slots.limit() == 4 + 20
+
+
+def test_slow_handlers_get_exactly_one_job_per_thread():
+    slots = SlotController(4, prefetch_wait=0.05)
+    slots.handler_finished(0.5)
+    assert slots.limit() == 4
+    assert slots.dequeue_size(held=3, max_batch=1000) == 1
+
+
+def test_a_slow_completion_stops_the_prefetch_at_once_and_it_recovers_gradually():
+    slots = SlotController(4, max_prefetch=1000, prefetch_wait=0.05)
+    for _ in range(50):
+        slots.handler_finished(0.0001)
+    assert slots.limit() == 1004
+    slots.handler_finished(2.0)
+    assert slots.limit() == 4
+    slots.handler_finished(0.0001)  # the smoothed mean still remembers the slow one
+    assert slots.limit() < 50
+    for _ in range(200):
+        slots.handler_finished(0.0001)
+    assert slots.limit() == 1004
+
+
+def test_a_long_running_handler_stops_the_prefetch_before_it_finishes():
+    slots = SlotController(4)
+    slots.handler_finished(0.0001)
+    assert slots.limit(longest_running=0.0) == 1004
+    assert slots.limit(longest_running=30.0) == 4
+    assert slots.dequeue_size(held=4, max_batch=1000, longest_running=30.0) == 0
+
+
+def test_prefetch_holds_at_most_prefetch_bytes_of_bodies():
+    slots = SlotController(2, prefetch_bytes=8 * 1024 * 1024)
+    slots.handler_finished(0.0001)
+    slots.jobs_received(10, 10 * 1024 * 1024)  # 1 MiB bodies
+    assert slots.limit() == 2 + 8
+
+
+def test_max_prefetch_zero_never_holds_more_jobs_than_threads():
+    slots = SlotController(3, max_prefetch=0)
+    slots.handler_finished(0.0)
+    assert slots.limit() == 3
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"threads": 0},
+        {"threads": 1, "max_prefetch": -1},
+        {"threads": 1, "prefetch_wait": -0.1},
+        {"threads": 1, "prefetch_bytes": -1},
+    ],
+)
+def test_invalid_settings_are_rejected(options):
+    threads = options.pop("threads")
+    with pytest.raises(ValueError):
+        SlotController(threads, **options)

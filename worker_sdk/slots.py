@@ -1,0 +1,105 @@
+"""How many jobs a Worker holds at once, from how fast its handlers are.
+
+A worker with `threads` handler threads could ask for exactly the free threads at each dequeue:
+no claimed job ever waits locally, but a fast handler then gets a handful of jobs per round
+trip and the worker spends its time on calls (4 threads drained no-op jobs at an eighth of the
+rate one client with batches of 100 reaches). So the worker also holds jobs *ahead* of its
+threads (prefetch), as many as its threads can start within `prefetch_wait` seconds at the
+handlers' measured speed:
+
+    limit = threads + min(max_prefetch, threads * prefetch_wait / handler_seconds,
+                          prefetch_bytes / mean body size)
+
+`handler_seconds` rises at once with a slow handler (the slowest of the last completion and the
+longest-running handler now, against a smoothed mean that only falls gradually), so a queue
+whose handlers turn slow stops prefetching before the next dequeue. Before any handler has
+finished nothing is prefetched, and slow handlers (prefetch_wait shorter than one job) get
+exactly `threads` jobs at a time: concurrency and memory stay bounded by the knobs whatever the
+queue holds.
+
+Dequeue sizes: while a thread is idle, ask for whatever is free; otherwise wait until at least
+half the limit is free (capped at max_batch), so fast handlers get big batches instead of a
+call per finished job.
+
+Pure arithmetic, no clock or threads of its own (the Worker passes times in), so it is tested
+without sleeping.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: weight of the newest sample in the smoothed handler time and body size
+SMOOTHING = 0.1
+
+
+class SlotController:
+    """The job limit of one Worker (see the module docstring). Not thread-safe: the Worker calls
+    it under its own lock."""
+
+    def __init__(
+        self,
+        threads: int,
+        *,
+        max_prefetch: int = 1000,
+        prefetch_wait: float = 0.05,
+        prefetch_bytes: int = 64 * 1024 * 1024,
+    ):
+        if threads < 1 or max_prefetch < 0 or prefetch_wait < 0 or prefetch_bytes < 0:
+            raise ValueError(
+                "need threads >= 1, max_prefetch >= 0, prefetch_wait >= 0, prefetch_bytes >= 0"
+            )
+        self.threads = threads
+        self.max_prefetch = max_prefetch
+        self.prefetch_wait = prefetch_wait
+        self.prefetch_bytes = prefetch_bytes
+        self._handler_mean: float | None = None  # smoothed seconds per job
+        self._last_handler = 0.0
+        self._body_mean = 0.0
+
+    def handler_finished(self, seconds: float) -> None:
+        """A handler ran for `seconds`."""
+        seconds = max(seconds, 0.0)
+        self._last_handler = seconds
+        if self._handler_mean is None:
+            self._handler_mean = seconds
+        else:
+            self._handler_mean += SMOOTHING * (seconds - self._handler_mean)
+
+    def jobs_received(self, count: int, body_bytes: int) -> None:
+        """A dequeue brought `count` jobs whose bodies total `body_bytes`."""
+        if count > 0:
+            mean = body_bytes / count
+            self._body_mean += (1.0 if not self._body_mean else SMOOTHING) * (
+                mean - self._body_mean
+            )
+
+    def handler_seconds(self, longest_running: float = 0.0) -> float | None:
+        """The handler time the limit plans with (None before any handler finished)."""
+        if self._handler_mean is None:
+            return None
+        return max(self._handler_mean, self._last_handler, longest_running)
+
+    def prefetch(self, longest_running: float = 0.0) -> int:
+        """Jobs to hold beyond the threads; `longest_running` is how long the oldest running
+        handler has been running (a stuck handler stops the prefetch before it finishes)."""
+        seconds = self.handler_seconds(longest_running)
+        if seconds is None or self.max_prefetch == 0:
+            return 0
+        by_time = self.threads * self.prefetch_wait / max(seconds, 1e-9)
+        by_bytes = self.prefetch_bytes / self._body_mean if self._body_mean else math.inf
+        return int(max(0.0, min(float(self.max_prefetch), by_time, by_bytes)))
+
+    def limit(self, longest_running: float = 0.0) -> int:
+        """Jobs the worker may hold now: running plus waiting for a thread."""
+        return self.threads + self.prefetch(longest_running)
+
+    def dequeue_size(self, held: int, max_batch: int, longest_running: float = 0.0) -> int:
+        """How many jobs to ask for now, holding `held`; 0 means wait for more to finish."""
+        limit = self.limit(longest_running)
+        free = min(limit - held, max_batch)
+        if free <= 0:
+            return 0
+        if held < self.threads:
+            return free  # a thread is idle: feed it now
+        return free if free >= min(max_batch, math.ceil(limit / 2)) else 0
