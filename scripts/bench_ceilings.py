@@ -56,6 +56,7 @@ from tests.support.server_process import ServerProcess  # noqa: E402
 from tests.support.storage_process import free_port  # noqa: E402
 from worker_sdk import JobState, PinLaterClient  # noqa: E402
 
+#: default number of concurrent clients (load threads; ceiling threads)
 CLIENTS = 4
 MODES = ("enqueue", "dequeue")
 
@@ -160,7 +161,7 @@ def storage(kind: str, tmp: Path) -> Iterator[tuple[dict, int | None, Callable[[
             tmp / "mysql", flush_log_at_trx_commit=1, extra=["--innodb-buffer-pool-size=512M"]
         ) as db:
             pid = db.proc.pid
-            section = {"kind": "mysql", "shards": [db.shard("m1", pool_size=2 * CLIENTS + 8)]}
+            section = {"kind": "mysql", "shards": [db.shard("m1", pool_size=2 * 16 + 8)]}
             yield section, pid, lambda: MySQLDirect(db.port, pid)
     else:
         raise SystemExit(f"unknown backend {kind}")
@@ -206,7 +207,7 @@ def through_server(rig: Rig, mode: str, queue: str, args) -> Measure:
         "--batch_size",
         str(BATCH),
         "--concurrency",
-        str(CLIENTS),
+        str(args.clients),
     ]
     if mode == "enqueue":
         cmd += ["--body", "x" * args.body]
@@ -225,10 +226,10 @@ def through_server(rig: Rig, mode: str, queue: str, args) -> Measure:
 
 
 def ceiling(rig: Rig, mode: str, queue: str, args) -> Measure:
-    """The same load on the storage without the server, from CLIENTS threads."""
-    calls = args.jobs // BATCH // CLIENTS
+    """The same load on the storage without the server, from `--clients` threads."""
+    calls = args.jobs // BATCH // args.clients
     body = b"x" * args.body
-    results: list[tuple[list[float], int]] = [([], 0)] * CLIENTS
+    results: list[tuple[list[float], int]] = [([], 0)] * args.clients
     errors: list[BaseException] = []
 
     def work(i: int) -> None:
@@ -240,7 +241,7 @@ def ceiling(rig: Rig, mode: str, queue: str, args) -> Measure:
         except BaseException as exc:  # noqa: BLE001 - reported after the join
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(CLIENTS)]
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(args.clients)]
     meter = CpuMeter({"storage": rig.storage_pid})
     started = time.perf_counter()
     for thread in threads:
@@ -446,6 +447,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="rounds on the same servers (5)")
     parser.add_argument("--jobs", type=int, default=50_000, help="jobs per load run (50000)")
+    parser.add_argument("--clients", type=int, default=CLIENTS, help="concurrent clients (4)")
     parser.add_argument("--body", type=int, default=100, help="body size in bytes (100)")
     parser.add_argument("--backends", nargs="+", default=["sqlite", "redis", "mysql"])
     parser.add_argument(
@@ -457,7 +459,7 @@ def main() -> int:
     parser.add_argument("--json", help="also write the summary as JSON to this file")
     args = parser.parse_args()
     print(
-        f"batch {BATCH}, {CLIENTS} clients, {args.jobs} jobs per run, body {args.body} B, "
+        f"batch {BATCH}, {args.clients} clients, {args.jobs} jobs per run, body {args.body} B, "
         f"{args.runs} rounds, backends {' '.join(args.backends)}, background duties "
         f"{'off' if args.no_background else 'on'}; load average {load_average()}",
         flush=True,
