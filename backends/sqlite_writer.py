@@ -143,18 +143,17 @@ class GroupCommit:
         """Keep (RELEASE) or undo (ROLLBACK TO) this request's part, then commit the group
         unless another request is about to join it; always gives the lock up."""
         try:
-            if error is None:
-                try:
-                    cur.execute("RELEASE request")
-                except sqlite3.Error as exc:
-                    group_error = exc
-                else:
-                    group_error = None
-            else:
-                group_error = self._undo(cur)
-            self._settle(group_error)
+            self._settle(self._keep(cur) if error is None else self._undo(cur))
         finally:
             self._release()
+
+    def _keep(self, cur: sqlite3.Cursor) -> sqlite3.Error | None:
+        """Make this request's part final within the group; an error when that fails."""
+        try:
+            cur.execute("RELEASE request")
+        except sqlite3.Error as exc:
+            return exc
+        return None
 
     def _undo(self, cur: sqlite3.Cursor) -> sqlite3.Error | None:
         """Roll this request's part back; an error when that fails (the transaction is lost)."""

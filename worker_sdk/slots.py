@@ -17,9 +17,12 @@ finished nothing is prefetched, and slow handlers (prefetch_wait shorter than on
 exactly `threads` jobs at a time: concurrency and memory stay bounded by the knobs whatever the
 queue holds.
 
-Dequeue sizes: while a thread is idle, ask for whatever is free; otherwise wait until at least
-half the limit is free (capped at max_batch), so fast handlers get big batches instead of a
-call per finished job.
+Dequeue calls: while prefetching, up to `max_dequeues` (4) calls may be in flight at once, so
+the round trips overlap the handlers and each other (the server answers them in parallel; one
+call at a time left the handlers idle for most of each round trip); otherwise one, as without
+prefetch. While a thread is idle a call asks for whatever is free; otherwise it waits until at
+least limit / (2 x calls) is free (capped at max_batch), so fast handlers get big batches
+instead of a call per finished job.
 
 Pure arithmetic, no clock or threads of its own (the Worker passes times in), so it is tested
 without sleeping.
@@ -31,6 +34,8 @@ import math
 
 #: weight of the newest sample in the smoothed handler time and body size
 SMOOTHING = 0.1
+#: dequeue calls in flight at most while prefetching
+MAX_DEQUEUES = 4
 
 
 class SlotController:
@@ -44,11 +49,14 @@ class SlotController:
         max_prefetch: int = 1000,
         prefetch_wait: float = 0.05,
         prefetch_bytes: int = 64 * 1024 * 1024,
+        max_dequeues: int = MAX_DEQUEUES,
     ):
-        if threads < 1 or max_prefetch < 0 or prefetch_wait < 0 or prefetch_bytes < 0:
+        if min(threads, max_dequeues) < 1 or min(max_prefetch, prefetch_wait, prefetch_bytes) < 0:
             raise ValueError(
-                "need threads >= 1, max_prefetch >= 0, prefetch_wait >= 0, prefetch_bytes >= 0"
+                "need threads >= 1, max_dequeues >= 1, max_prefetch >= 0, prefetch_wait >= 0, "
+                "prefetch_bytes >= 0"
             )
+        self.max_dequeues = max_dequeues
         self.threads = threads
         self.max_prefetch = max_prefetch
         self.prefetch_wait = prefetch_wait
@@ -94,12 +102,19 @@ class SlotController:
         """Jobs the worker may hold now: running plus waiting for a thread."""
         return self.threads + self.prefetch(longest_running)
 
-    def dequeue_size(self, held: int, max_batch: int, longest_running: float = 0.0) -> int:
-        """How many jobs to ask for now, holding `held`; 0 means wait for more to finish."""
-        limit = self.limit(longest_running)
+    def dequeue_size(
+        self, held: int, max_batch: int, longest_running: float = 0.0, in_flight: int = 0
+    ) -> int:
+        """How many jobs to ask for now, holding `held` (jobs in hand plus those asked for by
+        the `in_flight` dequeue calls); 0 means wait for more to finish."""
+        prefetch = self.prefetch(longest_running)
+        calls = self.max_dequeues if prefetch else 1
+        if in_flight >= calls:
+            return 0
+        limit = self.threads + prefetch
         free = min(limit - held, max_batch)
         if free <= 0:
             return 0
         if held < self.threads:
             return free  # a thread is idle: feed it now
-        return free if free >= min(max_batch, math.ceil(limit / 2)) else 0
+        return free if free >= min(max_batch, math.ceil(limit / (2 * calls))) else 0

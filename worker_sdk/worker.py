@@ -65,6 +65,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from worker_sdk.client import PinLaterClient
@@ -197,6 +198,8 @@ class Worker:
         self._stats = WorkerStats()
         self._signals = 0
         self._loop_waiting = False
+        self._reserved = 0  # jobs asked for by the dequeue calls in flight
+        self._dequeues_in_flight = 0
 
     # ---- control ----
 
@@ -228,10 +231,13 @@ class Worker:
         for thread in threads:
             thread.start()
         log.info("worker started: queue %s, concurrency %d", self.queue, self.concurrency)
+        calls = ThreadPoolExecutor(self._slots.max_dequeues, thread_name_prefix="pinlater-dequeue")
         try:
-            self._dequeue_loop()
+            self._dequeue_loop(calls)
+            calls.shutdown(wait=True)  # the jobs of calls in flight join the drain
             return self._drain()
         finally:
+            calls.shutdown(wait=False)
             self._done.set()
             for _ in range(self.concurrency):
                 self._tasks.put(None)
@@ -313,17 +319,35 @@ class Worker:
 
     # ---- the dequeue loop (the thread that called run()) ----
 
-    def _dequeue_loop(self) -> None:
+    def _dequeue_loop(self, calls: ThreadPoolExecutor) -> None:
+        """Decide the next dequeue or ack flush; dequeues run on `calls` (several at once
+        while prefetching, see worker_sdk/slots.py), each holding a reservation of its size."""
         while True:
             with self._cond:
                 action, size = self._next_action()
                 if action == "stop":
                     return
                 acks = self._take_acks()
+                if action == "dequeue":
+                    self._reserved += size
+                    self._dequeues_in_flight += 1
             if action == "dequeue":
-                self._dequeue(size, acks)
+                calls.submit(self._dequeue_call, size, acks)
             else:
                 self._send_acks(acks)
+
+    def _dequeue_call(self, limit: int, acks: tuple[list, list]) -> None:
+        """One dequeue on a call thread; its reservation ends once its jobs are in hand."""
+        try:
+            self._dequeue(limit, acks)
+        except Exception as exc:  # a bug, not the server: keep the acks, back off, go on
+            log.exception("dequeue on queue %s failed unexpectedly", self.queue)
+            self._rpc_failed("dequeue", exc, acks)
+        finally:
+            with self._cond:
+                self._reserved -= limit
+                self._dequeues_in_flight -= 1
+                self._cond.notify_all()
 
     def _next_action(self) -> tuple[str, int]:
         """Wait (lock held) until a dequeue (of how many jobs) or an ack flush is due, or we are
@@ -346,14 +370,15 @@ class Worker:
         """Lock held: jobs to ask for now (0: none), by the slot controller."""
         started = [t for t in self._job_started if t]
         longest = now - min(started) if started else 0.0
-        return self._slots.dequeue_size(self._in_flight_locked(), self.max_batch, longest)
+        held = self._in_flight_locked() + self._reserved
+        return self._slots.dequeue_size(held, self.max_batch, longest, self._dequeues_in_flight)
 
     def _dequeue(self, limit: int, acks: tuple[list, list]) -> None:
         try:
             jobs = self.client.dequeue(self.queue, limit, Acks(tuple(acks[0]), tuple(acks[1])))
         except DequeueRateLimited:
             self._acks_delivered(acks)  # the server applies piggy-backed acks anyway
-            self._schedule_dequeue(self._idle.next())
+            self._schedule_idle()
             return
         except PinLaterError as exc:
             self._rpc_failed("dequeue", exc, acks)
@@ -361,10 +386,9 @@ class Worker:
         self._acks_delivered(acks)
         self._call_succeeded("dequeue")
         if jobs:
-            self._idle.reset()
             self._submit(jobs)
         else:
-            self._schedule_dequeue(self._idle.next())
+            self._schedule_idle()
 
     def _send_acks(self, acks: tuple[list, list]) -> None:
         try:
@@ -374,7 +398,7 @@ class Worker:
             return
         self._acks_delivered(acks)
 
-    def _call_failed(self, what: str, exc: PinLaterError) -> float:
+    def _call_failed(self, what: str, exc: Exception) -> float:
         """Log one failed call with the count of consecutive failures; returns the backoff."""
         delay = self._errors.next()
         log.warning(
@@ -397,7 +421,7 @@ class Worker:
             )
         self._errors.reset()
 
-    def _rpc_failed(self, what: str, exc: PinLaterError, acks: tuple[list, list]) -> None:
+    def _rpc_failed(self, what: str, exc: Exception, acks: tuple[list, list]) -> None:
         delay = self._call_failed(what, exc)
         with self._cond:
             self._stats.rpc_errors += 1
@@ -414,12 +438,14 @@ class Worker:
                 self._restore_acks(acks)
                 self._ack_retry_at = time.monotonic() + delay
 
-    def _schedule_dequeue(self, delay: float) -> None:
+    def _schedule_idle(self) -> None:
+        """The queue looked empty (or refused us): next dequeue after the idle backoff."""
         with self._cond:
-            self._next_dequeue = time.monotonic() + delay
+            self._next_dequeue = time.monotonic() + self._idle.next()
 
     def _submit(self, jobs: list[DequeuedJob]) -> None:
         with self._cond:
+            self._idle.reset()
             self._stats.dequeued += len(jobs)
             self._slots.jobs_received(len(jobs), sum(len(job.body) for job in jobs))
             for job in jobs:

@@ -176,7 +176,11 @@ def test_empty_queue_backs_off_up_to_the_cap():
 def test_acks_of_a_deleted_queue_are_dropped_with_an_error(caplog):
     client = ScriptedClient(jobs(1))
     client.errors["ack"].append(QueueNotFound("gone"))
-    worker = fast(client, lambda job: None, idle_backoff=(5, 5))
+
+    def handler(job):  # finish after the empty dequeue: the ack then goes in an ack call
+        wait_for(lambda: len(client.of("dequeue")) >= 2, 5)
+
+    worker = fast(client, handler, idle_backoff=(5, 5))
     with caplog.at_level(logging.ERROR, logger="worker_sdk.worker"):
         run_until(worker, lambda: client.of("ack"))
         time.sleep(0.1)

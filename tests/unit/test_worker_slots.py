@@ -17,14 +17,24 @@ def test_until_a_handler_finished_the_worker_holds_one_job_per_thread():
 
 
 def test_fast_handlers_prefetch_up_to_max_prefetch_in_big_batches():
-    slots = SlotController(4, max_prefetch=1000, prefetch_wait=0.05)
+    slots = SlotController(4, max_prefetch=1000, prefetch_wait=0.05, max_dequeues=4)
     slots.handler_finished(0.00002)
     assert slots.limit() == 4 + 1000
     assert slots.dequeue_size(held=0, max_batch=1000) == 1000
-    # threads busy and 600 held: 404 free is under half the limit, so wait for a bigger batch
-    assert slots.dequeue_size(held=600, max_batch=1000) == 0
-    assert slots.dequeue_size(held=500, max_batch=1000) == 504
-    assert slots.dequeue_size(held=500, max_batch=100) == 100
+    # threads busy, 900 held or asked for: 104 free is under limit / (2 x 4 calls) = 126, so
+    # wait for a bigger batch; 126 and more are worth a call
+    assert slots.dequeue_size(held=900, max_batch=1000, in_flight=1) == 0
+    assert slots.dequeue_size(held=878, max_batch=1000, in_flight=1) == 126
+    assert slots.dequeue_size(held=500, max_batch=100, in_flight=1) == 100
+
+
+def test_up_to_max_dequeues_calls_overlap_while_prefetching_one_otherwise():
+    slots = SlotController(4, max_dequeues=4)
+    assert slots.dequeue_size(held=1, max_batch=1000, in_flight=0) == 3
+    assert slots.dequeue_size(held=1, max_batch=1000, in_flight=1) == 0  # no prefetch: one call
+    slots.handler_finished(0.00002)
+    assert slots.dequeue_size(held=300, max_batch=1000, in_flight=3) == 704
+    assert slots.dequeue_size(held=300, max_batch=1000, in_flight=4) == 0
 
 
 def test_prefetch_is_what_the_threads_start_within_prefetch_wait():
@@ -82,6 +92,7 @@ def test_max_prefetch_zero_never_holds_more_jobs_than_threads():
         {"threads": 1, "max_prefetch": -1},
         {"threads": 1, "prefetch_wait": -0.1},
         {"threads": 1, "prefetch_bytes": -1},
+        {"threads": 1, "max_dequeues": 0},
     ],
 )
 def test_invalid_settings_are_rejected(options):
