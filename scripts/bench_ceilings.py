@@ -21,7 +21,9 @@ server and storage. Each round, per backend, side by side:
 The two sides alternate which goes first (A/B, B/A) so that the shared machine's noise hits
 both alike; the ratios (server / ceiling, worker / raw) are taken per round and their median,
 min and max reported. Rounds add a new queue each and leave their finished jobs, so the
-per-round trend shows whether a backend slows as work accumulates. CPU time per 100 jobs is
+per-round trend shows whether a backend slows as work accumulates; it is printed with the CPU
+per job of each round, which separates a real slowdown (more CPU per job) from the shared
+machine getting busier (rates fall, CPU per job flat). CPU time per 100 jobs is
 given per process (server, storage, load client, this process), less noisy than rates on a
 busy machine.
 """
@@ -376,38 +378,15 @@ def summary(kinds: list[str], results: Results, runs: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     print(f"\nmedians over {runs} rounds [min..max]; ratio = server / ceiling, taken per round")
     for kind in kinds:
-        out[kind] = {}
-        for mode in MODES:
-            srv, top = results.get(kind, f"server {mode}"), results.get(kind, f"ceiling {mode}")
-            row = {
-                "server_jobs_per_s": [round(m.rate) for m in srv],
-                "ceiling_jobs_per_s": [round(m.rate) for m in top],
-                "ratio": [round(x, 3) for x in ratios(srv, top)],
-                "server_p50_ms": median_of(srv, "p50_ms"),
-                "server_p99_ms": median_of(srv, "p99_ms"),
-                "ceiling_p50_ms": median_of(top, "p50_ms"),
-                "ceiling_p99_ms": median_of(top, "p99_ms"),
-                "server_cpu_ms_per_100": _median_cpu(srv),
-                "ceiling_cpu_ms_per_100": _median_cpu(top),
-            }
-            out[kind][mode] = row
-            label = "dequeue+ack" if mode == "dequeue" else mode
-            print(
-                f"{kind:6} {label:11} server {spread([m.rate for m in srv], '{:,.0f}')} jobs/s"
-                f"  ceiling {spread([m.rate for m in top], '{:,.0f}')} jobs/s"
-                f"  ratio {spread(ratios(srv, top))}"
+        out[kind] = {
+            mode: _mode_summary(
+                kind,
+                mode,
+                results.get(kind, f"server {mode}"),
+                results.get(kind, f"ceiling {mode}"),
             )
-            print(
-                f"{'':18} server p50 {_ms(row['server_p50_ms'])} p99 {_ms(row['server_p99_ms'])}"
-                f" (p99/p50 {_tail(row['server_p99_ms'], row['server_p50_ms'])})"
-                f"  | ceiling p50 {_ms(row['ceiling_p50_ms'])} p99 {_ms(row['ceiling_p99_ms'])}"
-            )
-            print(
-                f"{'':18} cpu ms/100 jobs: server side {row['server_cpu_ms_per_100']}"
-                f"  ceiling side {row['ceiling_cpu_ms_per_100']}"
-            )
-            print(f"{'':18} trend by round (server): {row['server_jobs_per_s']}")
-            print(f"{'':18} trend by round (ceiling): {row['ceiling_jobs_per_s']}")
+            for mode in MODES
+        }
         workers, raw = results.get(kind, "worker"), results.get(kind, "server dequeue")
         if workers:
             out[kind]["worker"] = {
@@ -421,6 +400,47 @@ def summary(kinds: list[str], results: Results, runs: int) -> dict[str, Any]:
                 f"  cpu ms/100 jobs {_median_cpu(workers)}"
             )
     return out
+
+
+def _mode_summary(kind: str, mode: str, srv: list[Measure], top: list[Measure]) -> dict:
+    """Print one backend's enqueue or dequeue+ack lines; return them as a dict."""
+    row = {
+        "server_jobs_per_s": [round(m.rate) for m in srv],
+        "ceiling_jobs_per_s": [round(m.rate) for m in top],
+        "ratio": [round(x, 3) for x in ratios(srv, top)],
+        "server_p50_ms": median_of(srv, "p50_ms"),
+        "server_p99_ms": median_of(srv, "p99_ms"),
+        "ceiling_p50_ms": median_of(top, "p50_ms"),
+        "ceiling_p99_ms": median_of(top, "p99_ms"),
+        "server_cpu_ms_per_100": _median_cpu(srv),
+        "ceiling_cpu_ms_per_100": _median_cpu(top),
+        "server_cpu_by_round": [m.cpu.get("server", 0.0) for m in srv],
+        "ceiling_cpu_by_round": [m.cpu.get("bench", 0.0) for m in top],
+    }
+    label = "dequeue+ack" if mode == "dequeue" else mode
+    print(
+        f"{kind:6} {label:11} server {spread([m.rate for m in srv], '{:,.0f}')} jobs/s"
+        f"  ceiling {spread([m.rate for m in top], '{:,.0f}')} jobs/s"
+        f"  ratio {spread(ratios(srv, top))}"
+    )
+    print(
+        f"{'':18} server p50 {_ms(row['server_p50_ms'])} p99 {_ms(row['server_p99_ms'])}"
+        f" (p99/p50 {_tail(row['server_p99_ms'], row['server_p50_ms'])})"
+        f"  | ceiling p50 {_ms(row['ceiling_p50_ms'])} p99 {_ms(row['ceiling_p99_ms'])}"
+    )
+    print(
+        f"{'':18} cpu ms/100 jobs: server side {row['server_cpu_ms_per_100']}"
+        f"  ceiling side {row['ceiling_cpu_ms_per_100']}"
+    )
+    print(
+        f"{'':18} trend by round (server): {row['server_jobs_per_s']} jobs/s, server CPU"
+        f" ms/100 jobs {row['server_cpu_by_round']}"
+    )
+    print(
+        f"{'':18} trend by round (ceiling): {row['ceiling_jobs_per_s']} jobs/s, this"
+        f" process's CPU ms/100 jobs {row['ceiling_cpu_by_round']}"
+    )
+    return row
 
 
 def _median_cpu(measures: list[Measure]) -> dict[str, float]:
