@@ -57,8 +57,8 @@ class AdminActions:
         self, name: object, body: Mapping[str, Any], actor: str, peer: str
     ) -> dict[str, Any]:
         """Needs the admin password in the body, checked again whatever the session."""
-        _only(body, {"password"})
         queue = self.ctx.existing_queue(name)
+        _only(body, {"password"})
         password = body.get("password")
         if not isinstance(password, str) or not password:
             raise InvalidRequest("password: the admin password is required to delete a queue")
@@ -73,12 +73,14 @@ class AdminActions:
     # ---- settings ----
 
     def pause(self, name: object, body: Mapping[str, Any], actor: str) -> dict[str, Any]:
+        queue = self.ctx.existing_queue(name)
         _only(body, set())
-        return self._settings(name, {"paused": True}, actor, "paused")
+        return self._settings(queue, {"paused": True}, actor, "paused")
 
     def resume(self, name: object, body: Mapping[str, Any], actor: str) -> dict[str, Any]:
+        queue = self.ctx.existing_queue(name)
         _only(body, set())
-        out = self._settings(name, {"paused": None}, actor, "resumed")
+        out = self._settings(queue, {"paused": None}, actor, "resumed")
         if out["settings"]["paused"]["value"]:
             out["note"] = (
                 "still paused: its rate limit is 0 "
@@ -88,16 +90,16 @@ class AdminActions:
         return out
 
     def set_settings(self, name: object, body: Mapping[str, Any], actor: str) -> dict[str, Any]:
+        queue = self.ctx.existing_queue(name)
         _only(body, {"max_jobs_per_second", "claim_timeout_seconds"})
         if not body:
             raise InvalidRequest(
                 "give max_jobs_per_second and/or claim_timeout_seconds (a number, or null to "
                 "clear the stored value)"
             )
-        return self._settings(name, dict(body), actor, "changed settings of")
+        return self._settings(queue, dict(body), actor, "changed settings of")
 
-    def _settings(self, name: object, updates: dict, actor: str, verb: str) -> dict[str, Any]:
-        queue = self.ctx.existing_queue(name)
+    def _settings(self, queue: str, updates: dict, actor: str, verb: str) -> dict[str, Any]:
         effective = self.ctx.settings.change(queue, updates, actor)
         log.info("admin API: %s %s queue %s (%s)", actor, verb, queue, updates)
         return {"queue": queue, "settings": effective}
@@ -107,9 +109,9 @@ class AdminActions:
     def retry_failed(self, name: object, body: Mapping[str, Any], actor: str) -> dict[str, Any]:
         """FAILED jobs back to PENDING with `attempts` attempts (1), up to `limit` (1000) over
         the priorities asked (all by default); a dry run counts the FAILED jobs instead."""
-        _only(body, {"priority", "limit", "attempts", "run_after_ms", "dry_run"})
         ctx = self.ctx
         queue = ctx.existing_queue(name)
+        _only(body, {"priority", "limit", "attempts", "run_after_ms", "dry_run"})
         priorities = self._priorities(body.get("priority"))
         limit = self._limit(body)
         attempts = check.attempts(
@@ -135,9 +137,9 @@ class AdminActions:
     def delete_jobs(self, name: object, body: Mapping[str, Any], actor: str) -> dict[str, Any]:
         """Delete up to `limit` (1000) jobs in `state` (matching `body_regex`, if given) over the
         priorities asked; a dry run (the default) counts them instead."""
-        _only(body, {"state", "priority", "body_regex", "limit", "dry_run"})
         ctx = self.ctx
         queue = ctx.existing_queue(name)
+        _only(body, {"state", "priority", "body_regex", "limit", "dry_run"})
         state = state_by_name(body.get("state"))
         priorities = self._priorities(body.get("priority"))
         limit = self._limit(body)
@@ -159,9 +161,9 @@ class AdminActions:
     def purge(self, name: object, body: Mapping[str, Any], actor: str) -> dict[str, Any]:
         """Delete every job in `state` (all priorities), in batches, for at most PURGE_SECONDS
         (`done` false: repeat it); a dry run (the default) counts them instead."""
-        _only(body, {"state", "dry_run"})
         ctx = self.ctx
         queue = ctx.existing_queue(name)
+        _only(body, {"state", "dry_run"})
         state = state_by_name(body.get("state"))
         priorities = list(range(1, ctx.levels + 1))
         if _dry_run(body, default=True):
