@@ -103,7 +103,7 @@ def decode(document: bytes) -> dict[str, StoredQueue]:
     for name, raw in (data.get("queues") or {}).items():
         try:
             queues[name] = _stored_queue(name, raw)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, InvalidRequest) as exc:
             log.warning("stored settings of queue %r ignored: %s", name, exc)
     return queues
 
