@@ -62,14 +62,11 @@ class JobRates:
 
     def sample(self, known_queues: Iterable[str] | None = None) -> None:
         """Close the current sample: every queue's counts since the last one go into its ring.
-        When `known_queues` is given, queues outside it without new counts (deleted ones) are
-        forgotten."""
+        When `known_queues` is given, a queue outside it whose ring holds nothing any more (a
+        deleted queue, once its history has passed) is forgotten; one with counts is kept, since
+        the list may be older than the queue."""
         with self._lock:
             pending, self._pending = self._pending, {}
-            if known_queues is not None:
-                known = set(known_queues)
-                for queue in [q for q in self._rings if q not in known and q not in pending]:
-                    del self._rings[queue]
             for queue in pending:
                 if queue not in self._rings:
                     self._rings[queue] = _Ring(self.samples)
@@ -79,6 +76,19 @@ class JobRates:
                 for counts, value in zip(ring.counts, pending.get(queue, idle), strict=True):
                     counts[slot] = value
             self._taken += 1
+            if known_queues is not None:
+                self._forget_idle(set(known_queues))
+
+    def _forget_idle(self, known: set[str]) -> None:
+        """Drop the rings of unlisted queues that hold only zeros. Caller holds the lock."""
+        for queue in [q for q in self._rings if q not in known]:
+            if not any(any(counts) for counts in self._rings[queue].counts):
+                del self._rings[queue]
+
+    def tracked(self) -> set[str]:
+        """The queues with a ring (memory is bounded by these)."""
+        with self._lock:
+            return set(self._rings)
 
     def rates(self, queue: str) -> dict[str, dict[str, float]]:
         """{event: {window: jobs per second}} over the samples taken (a window longer than the

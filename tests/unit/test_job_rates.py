@@ -33,11 +33,14 @@ def test_the_ring_forgets_old_samples():
     assert len(rates.series("q")["dequeued"]) == 12
 
 
-def test_deleted_queues_are_forgotten_but_new_ones_are_kept():
+def test_deleted_queues_are_forgotten_once_idle_but_unlisted_busy_ones_are_kept():
     rates = JobRates(sample_seconds=1.0, samples=12)
     rates.record("enqueued", "gone", 1)
     rates.sample()
-    rates.record("enqueued", "new", 3)  # not known yet (created after the last queue listing)
+    rates.record("enqueued", "new", 3)  # not listed yet (created after the last queue listing)
     rates.sample(known_queues=["other"])
-    assert rates.rates("new")["enqueued"]["1m"] > 0
-    assert rates.rates("gone")["enqueued"]["1m"] == 0.0, "its sample of 1 job is gone with it"
+    rates.sample(known_queues=["other"])
+    assert rates.rates("new")["enqueued"]["1m"] == round(3 / 3, 3), "kept while it has history"
+    for _ in range(12):
+        rates.sample(known_queues=["other"])
+    assert rates.tracked() == set(), "both forgotten once their history is all zeros"
