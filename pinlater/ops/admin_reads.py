@@ -17,7 +17,7 @@ from typing import Any
 
 from pinlater import __version__
 from pinlater.config import Config
-from pinlater.errors import InvalidRequest, PinLaterError, QueueNotFound
+from pinlater.errors import InvalidRequest, PinLaterError, QueueNotFound, ShardConnectionFailed
 from pinlater.handler import validation as check
 from pinlater.handler.body_filter import compile_body_filter
 from pinlater.ops.depth import DepthCollector
@@ -70,9 +70,30 @@ class AdminContext:
     def existing_queue(self, name: object) -> str:
         """A valid name of a queue that exists (QueueNotFound otherwise)."""
         queue = self.queue_name(name)
-        if queue not in self.store.queue_names():
+        if queue not in self.queue_names():
             raise QueueNotFound(queue)
         return queue
+
+    def queue_names(self) -> set[str]:
+        """The queues of every shard that answers: an operator looking at the API while a
+        shard is down still sees (and can act on) the queues. ShardConnectionFailed only when
+        no shard answers."""
+        names: set[str] = set()
+        answered = False
+        failure: PinLaterError | None = None
+        for shard in self.store.shard_names():
+            if not self.store.health.is_healthy(shard):
+                continue
+            try:
+                names |= self.store.call(shard, lambda s: s.queue_names())
+                answered = True
+            except PinLaterError as exc:
+                failure = exc
+        if not answered:
+            raise ShardConnectionFailed(
+                f"no shard answered the queue listing ({failure or 'every shard is unhealthy'})"
+            )
+        return names
 
     def priority(self, value: object, field: str = "priority") -> int | None:
         return check.optional_priority(value, self.levels, field)
@@ -116,7 +137,7 @@ class AdminReads:
 
     def queues(self, with_series: bool = False) -> dict[str, Any]:
         ctx = self.ctx
-        names = sorted(ctx.store.queue_names())
+        names = sorted(ctx.queue_names())
         snapshot, refreshed_at = ctx.depth.snapshot()
         return {
             "queues": [
@@ -132,9 +153,12 @@ class AdminReads:
     def queue(self, name: object) -> dict[str, Any]:
         ctx = self.ctx
         queue = ctx.existing_queue(name)
-        counts = _counts_from(ctx.depth.counts_of(queue), queue, ctx.levels)
-        out = self._queue_summary(queue, counts, with_series=True)
-        out["counts_live"] = True
+        try:
+            counts, live = ctx.depth.counts_of(queue), True
+        except PinLaterError:  # a shard is down: the last background counts instead
+            counts, live = ctx.depth.snapshot()[0], False
+        out = self._queue_summary(queue, _counts_from(counts, queue, ctx.levels), True)
+        out["counts_live"] = live
         out["oldest_pending"] = self._oldest_pending(queue)
         return out
 
@@ -164,13 +188,12 @@ class AdminReads:
             if not store.health.is_healthy(name):
                 continue
             for priority in range(1, self.ctx.levels + 1):
-                jobs = store.call(name, _dry_run_dequeue(queue, priority))
-                if not jobs:
-                    continue
-                d = JobDescriptor(queue, name, priority, jobs[0].local_id)
-                record = store.lookup([d], include_body=False).get(d)
-                if record is not None and (oldest is None or record.run_after_ms < oldest[1]):
-                    oldest = (d, record.run_after_ms)
+                try:
+                    record = self._next_job(queue, name, priority)
+                except PinLaterError:  # QueueNotFound there, or the shard failed: skip it
+                    break
+                if record is not None and (oldest is None or record[1] < oldest[1]):
+                    oldest = record
         if oldest is None:
             return None
         d, run_after = oldest
@@ -180,6 +203,17 @@ class AdminReads:
             "run_after_ms": run_after,
             "age_seconds": round(max(0.0, time.time() - run_after / 1000), 3),
         }
+
+    def _next_job(self, queue: str, shard: str, priority: int):
+        """(descriptor, run_after_ms) of the job a dequeue of (shard, priority) would hand out
+        first, or None."""
+        store = self.ctx.store
+        jobs = store.call(shard, _dry_run_dequeue(queue, priority))
+        if not jobs:
+            return None
+        d = JobDescriptor(queue, shard, priority, jobs[0].local_id)
+        record = store.lookup([d], include_body=False).get(d)
+        return None if record is None else (d, record.run_after_ms)
 
     def jobs(
         self,

@@ -95,14 +95,18 @@ class JobRates:
         history so far is averaged over the history)."""
         with self._lock:
             ring = self._rings.get(queue)
-            out: dict[str, dict[str, float]] = {}
-            for index, event in enumerate(EVENTS):
-                out[event] = {}
-                for window, seconds in WINDOWS.items():
-                    n = self._window_samples(seconds)
-                    total = sum(self._last(ring, index, n)) if ring is not None else 0
-                    out[event][window] = round(total / (n * self.sample_seconds), 3) if n else 0.0
-            return out
+            windows = [(name, self._window_samples(s)) for name, s in WINDOWS.items()]
+            return {
+                event: {
+                    name: round(
+                        self._last(ring.counts[index], n).sum() / (n * self.sample_seconds), 3
+                    )
+                    if ring is not None and n
+                    else 0.0
+                    for name, n in windows
+                }
+                for index, event in enumerate(EVENTS)
+            }
 
     def series(self, queue: str) -> dict[str, list[float]]:
         """{event: jobs per second of each sample kept, oldest first} (for a small chart)."""
@@ -112,7 +116,7 @@ class JobRates:
             return {
                 event: [
                     round(v / self.sample_seconds, 3)
-                    for v in (self._last(ring, index, n) if ring is not None else [0] * n)
+                    for v in (self._last(ring.counts[index], n).values() if ring else [0] * n)
                 ]
                 for index, event in enumerate(EVENTS)
             }
@@ -121,11 +125,27 @@ class JobRates:
         wanted = max(1, round(seconds / self.sample_seconds))
         return min(wanted, self._taken, self.samples)
 
-    def _last(self, ring: _Ring, index: int, n: int) -> list[int]:
-        """The last `n` samples of one event, oldest first."""
-        counts = ring.counts[index]
+    def _last(self, counts: array, n: int) -> _Slices:
+        """The last `n` samples of one event's ring, oldest first, as at most two slices."""
         end = self._taken % self.samples
-        return [counts[(end - n + i) % self.samples] for i in range(n)]
+        if n <= end:
+            return _Slices(counts[end - n : end])
+        return _Slices(counts[self.samples - (n - end) :], counts[:end])
+
+
+class _Slices:
+    """One or two array slices read as one sequence (summed in C, no per-item Python)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, *parts: array):
+        self.parts = parts
+
+    def sum(self) -> int:
+        return sum(sum(part) for part in self.parts)
+
+    def values(self) -> list[int]:
+        return [v for part in self.parts for v in part]
 
 
 _INDEX = {event: i for i, event in enumerate(EVENTS)}

@@ -14,6 +14,7 @@ from pinlater import __version__
 from pinlater.common.passwords import hash_password
 from pinlater.idl import PinLaterException, RequestContext
 from pinlater.idl import pinlater_thrift as T
+from tests.conformance.faults import intercepted, lost_connection
 from tests.support.admin_http import AdminHttp, error_code
 from tests.support.operating import OperatingServer, sample
 
@@ -489,6 +490,27 @@ def test_shards_show_health_latency_and_jobs_held(srv, api, queue):
     assert one["settings_home"] and not by_name["2"]["settings_home"]
     assert one["calls"] > 0 and one["latency_ms"]["samples"] > 0 and one["latency_ms"]["p50"] >= 0
     assert one["recent_errors"] == [] and one["jobs"]["total"] >= one["jobs"]["pending"]
+
+
+def test_a_failing_shard_leaves_the_overview_and_queue_views_working(srv, api, queue):
+    enqueue(srv, queue, b"x")
+    wait_for(lambda: srv.app.depth.snapshot()[0].get((queue, "pending", 1)))
+    with (
+        intercepted(srv.app.store, "queue_names", fail_with=lost_connection, shards=["2"]),
+        intercepted(srv.app.store, "count", fail_with=lost_connection, shards=["2"]),
+        intercepted(srv.app.store, "scan", fail_with=lost_connection, shards=["2"]),
+    ):
+        status, body, _ = api.get("/api/v1/queues")
+        assert status == 200 and queue in [q["name"] for q in body["queues"]]
+        status, body, _ = api.get(f"/api/v1/queues/{queue}")
+        assert status == 200 and body["counts_live"] is False, "the last background counts"
+        assert body["totals"]["pending"] == 1
+        status, body, _ = api.get(f"/api/v1/queues/{queue}/jobs")
+        assert (status, error_code(body)) == (503, "storage_unavailable")
+        assert "shard 2" in body["error"]["message"]
+        shards = {s["name"]: s for s in api.get("/api/v1/shards")[1]["shards"]}
+        assert "connection lost (injected)" in shards["2"]["recent_errors"][0]["message"]
+        assert shards["2"]["errors"] >= 1 and shards["1"]["recent_errors"] == []
 
 
 def test_janitor_shows_its_last_passes(tmp_path):
