@@ -133,6 +133,7 @@ class App:
             on_error=lambda kind: self.metrics.reload_errors.labels(kind).inc(),
         )
         self.rates = JobRates(config.dashboard.rate_sample_seconds, config.dashboard.rate_samples)
+        self.shard_jobs = ShardJobCounts(self.store, config.metrics.depth_count_cap)
         self.admission = Admission(
             config.admission.max_concurrent_requests,
             config.admission.dequeue_cap(config.server.worker_threads),
@@ -241,7 +242,6 @@ class App:
         if not self.admin_enabled or self.handler.passwords is None:
             return None
         config = self.config
-        self.shard_jobs = ShardJobCounts(self.store, config.metrics.depth_count_cap)
         ctx = AdminContext(
             config=config,
             store=self.store,

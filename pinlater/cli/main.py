@@ -2,8 +2,9 @@
 
 Subcommands are named after the original PinLaterClientTool modes (create, delete, enqueue,
 dequeue, check_dequeue, lookup, get_queue_names, get_job_count, scan, retry_failed,
-delete_jobs, checkpoint) plus `hash-password` and `stats`; the options are in
-pinlater.cli.parser, the commands here.
+delete_jobs, checkpoint) plus `hash-password`, `stats`, and `pause`/`resume` (through the
+server's admin API, pinlater.cli.admin_client); the options are in pinlater.cli.parser, the
+commands here.
 
 Exit codes: 0 success, 1 the server reported an error (its ErrorCode name is printed),
 2 usage or input error, 3 the server could not be reached or the connection failed.

@@ -214,6 +214,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PATCH(self) -> None:
         self._serve()
 
+    def do_OPTIONS(self) -> None:  # a CORS preflight, say: answered 405, never allowed
+        self._serve()
+
     def _serve(self) -> None:
         body = self._body()
         if body is None:

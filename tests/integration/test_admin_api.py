@@ -22,7 +22,12 @@ PASSWORD = "admin-api-secret"
 HASH = hash_password(PASSWORD, iterations=1000)
 CTX = RequestContext(source="admin-api-test")
 ADMIN = {
-    "admin": {"password_hash": HASH, "password_checks_per_second": 1000},
+    # a generous budget: the module's tests send a few wrong passwords on purpose
+    "admin": {
+        "password_hash": HASH,
+        "password_checks_per_second": 1000,
+        "password_failure_burst": 1000,
+    },
     "dashboard": {
         "rate_sample_seconds": 0.1,
         "shard_counts_interval_seconds": 0.2,
@@ -727,8 +732,13 @@ def test_unknown_endpoints_and_methods(api):
     status, body, headers = api.request("DELETE", "/api/v1/queues")
     assert (status, error_code(body)) == (405, "method_not_allowed")
     assert headers["allow"] == "GET, POST"
-    status, body, _ = api.request("PUT", "/api/v1/server")
+    status, body, headers = api.request("PUT", "/api/v1/server")
     assert status == 405 and headers["content-type"] == "application/json"
+    status, body, headers = api.request(
+        "OPTIONS", "/api/v1/queues", headers={"Origin": "http://evil.example"}
+    )
+    assert (status, error_code(body)) == (405, "method_not_allowed")
+    assert "access-control-allow-origin" not in headers
 
 
 @pytest.mark.parametrize(
@@ -762,3 +772,61 @@ def test_answers_are_not_cached_sniffed_or_framed(api):
     assert headers["x-content-type-options"] == "nosniff"
     assert headers["x-frame-options"] == "DENY"
     assert headers["content-type"] == "application/json"
+
+
+HOSTILE_VALUES = [
+    None,
+    True,
+    -1,
+    0,
+    2**70,
+    1e308,
+    "x" * 5000,
+    "\u0000\u202e",
+    [],
+    {},
+    [1],
+    {"a": 1},
+]
+ACTION_FIELDS = {
+    "retry": ["priority", "limit", "attempts", "run_after_ms", "dry_run"],
+    "delete-jobs": ["state", "priority", "body_regex", "limit", "dry_run"],
+    "purge": ["state", "dry_run"],
+    "settings": ["max_jobs_per_second", "claim_timeout_seconds"],
+    "delete": ["password"],
+}
+
+
+@pytest.mark.parametrize("action", sorted(ACTION_FIELDS))
+def test_hostile_field_values_never_cause_a_500(srv, api, queue, action):
+    enqueue(srv, queue, b"keep")
+    for field in ACTION_FIELDS[action]:
+        for value in HOSTILE_VALUES:
+            body = {field: value}
+            if action in ("delete-jobs", "purge") and field != "state":
+                body["state"] = "failed"  # the hostile value lands in the other field
+            status, answer, _ = api.post(f"/api/v1/queues/{queue}/{action}", body)
+            assert status < 500, (action, body, answer)
+            assert status in (200, 400, 403, 429), (action, body, answer)
+    assert count(srv, queue, 0) == 1, "the pending job survived every attempt"
+    assert queue in srv.app.store.queue_names()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/queues/%00",
+        "/api/v1/queues/%C3%A9",
+        "/api/v1/queues/" + "a" * 5000,
+        "/api/v1/jobs/%ff%fe",
+        "/api/v1/jobs/" + "q:s1:p1:" + "9" * 30,
+        "/api/v1/queues/q/jobs?limit=%00",
+        "/api/v1/queues/q/jobs?state=%ff",
+        "/api/v1/queues/q/jobs?continuation=" + "9" * 5000,
+        "/api/v1/../../etc/passwd",
+        "/api/v1/queues/q/jobs/extra",
+    ],
+)
+def test_hostile_paths_never_cause_a_500(api, path):
+    status, body, _ = api.get(path)
+    assert 400 <= status < 500, (path, status, body)
