@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pinlater.errors import InvalidRequest
+from pinlater.errors import InvalidRequest, PinLaterError
 from pinlater.handler import validation as check
 from pinlater.handler.body_filter import compile_body_filter
 from pinlater.handler.password_guard import PasswordGuard
@@ -66,8 +66,12 @@ class AdminActions:
             raise InvalidRequest("no admin password is configured")
         self.passwords.check(password, peer)
         self.ctx.store.delete_queue(queue)
-        self.ctx.settings.forget(queue, actor)
         log.warning("admin API: %s deleted queue %s with every job in it", actor, queue)
+        try:
+            self.ctx.settings.forget(queue, actor)
+        except PinLaterError as exc:  # the queue is gone; only its stored settings remain
+            log.warning("admin API: stored settings of deleted queue %s kept: %s", queue, exc)
+            return {"deleted": queue, "note": f"its stored settings could not be removed: {exc}"}
         return {"deleted": queue}
 
     # ---- settings ----

@@ -518,6 +518,20 @@ def test_a_failing_shard_leaves_the_overview_and_queue_views_working(srv, api, q
         assert shards["2"]["errors"] >= 1 and shards["1"]["recent_errors"] == []
 
 
+def test_settings_changes_are_refused_while_the_home_shard_cannot_be_written(srv, api, queue):
+    api.post(f"/api/v1/queues/{queue}/settings", {"max_jobs_per_second": 3})
+    with intercepted(srv.app.store, "write_settings", fail_with=lost_connection, shards=["1"]):
+        status, body, _ = api.post(f"/api/v1/queues/{queue}/pause", {})
+        assert (status, error_code(body)) == (503, "storage_unavailable")
+        assert srv.app.settings.paused(queue) is False
+        status, body, _ = api.post(f"/api/v1/queues/{queue}/delete", {"password": PASSWORD})
+        assert status == 200 and body["deleted"] == queue, "the queue goes all the same"
+        assert "stored settings could not be removed" in body["note"]
+    assert queue not in srv.app.store.queue_names()
+    assert srv.app.settings.effective(queue)["max_jobs_per_second"]["value"] == 3, "kept"
+    srv.app.settings.forget(queue, "test")
+
+
 def test_janitor_shows_its_last_passes(tmp_path):
     config = {**ADMIN, "janitor": {"enabled": True, "interval_seconds": 0.1}}
     qc = tmp_path / "queues.yaml"
