@@ -150,10 +150,18 @@ class SettingsHome:
         return self.store.shard_names()[0]
 
     def read(self, name: str, known_version: int) -> tuple[int, bytes | None]:
+        self._check_healthy(name)
         return self.store.call(name, lambda s: s.read_settings(known_version))
 
     def write(self, name: str, expected_version: int, document: bytes) -> int | None:
+        self._check_healthy(name)
         return self.store.call(name, lambda s: s.write_settings(expected_version, document))
+
+    def _check_healthy(self, name: str) -> None:
+        """An unhealthy shard is not called (shard maintenance probes it back): a poll every
+        second must not wait out a dead shard's timeout each time."""
+        if not self.store.health.is_healthy(name):
+            raise ShardConnectionFailed(f"shard {name} (which keeps the queue settings) is down")
 
 
 class RuntimeSettings:

@@ -15,6 +15,7 @@ from pinlater.ops.rate_limiter import QueueRateLimiter
 from pinlater.ops.runtime_settings import RuntimeSettings, SettingsHome, decode, encode
 from pinlater.storage.contract import StorageLimits
 from pinlater.storage.sharded import ShardedBackend
+from tests.conformance.faults import intercepted
 
 
 @pytest.fixture
@@ -149,3 +150,18 @@ def test_an_unreadable_home_shard_keeps_the_current_settings(store):
     assert limiter.paused("q"), "still applied"
     with pytest.raises(ShardConnectionFailed):
         settings.change("q", {"paused": None}, "tester")
+
+
+def test_an_unhealthy_home_shard_is_not_called(store):
+    settings, limiter = server(store)
+    settings.change("q", {"paused": True}, "tester")
+    store.health.mark_unhealthy("1")
+    with intercepted(store, "read_settings", shards=["1"], keep_health=True) as calls:
+        assert settings.poll() is False
+        with pytest.raises(ShardConnectionFailed, match="down"):
+            settings.change("q", {"paused": None}, "tester")
+    assert calls.count["1"] == 0, "no call waits out a dead shard's timeout"
+    assert limiter.paused("q")
+    store.health.forget("1")
+    settings.change("q", {"paused": None}, "tester")
+    assert not limiter.paused("q")
