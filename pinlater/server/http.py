@@ -31,6 +31,7 @@ import io
 import json
 import logging
 import queue
+import selectors
 import socket
 import ssl
 import threading
@@ -408,7 +409,7 @@ class HttpListener:
         if self.ssl_context is not None:
             wrapped = tls.wrap_server_side(conn, self.ssl_context)
             try:
-                tls.handshake(wrapped, max(0.001, deadline - time.monotonic()))
+                _handshake(wrapped, deadline)
             except tls.HandshakeError as exc:
                 self._on_refused("tls")
                 log.debug("http TLS handshake from %s failed: %s", address[0], exc)
@@ -434,3 +435,17 @@ class HttpListener:
             else:
                 self._clients.pop(client, None)
         self._slots.release()
+
+
+def _handshake(tls_sock: ssl.SSLSocket, deadline: float) -> None:
+    """Complete a server-side TLS handshake by the request deadline (a client trickling its
+    handshake cannot stretch it); raises tls.HandshakeError."""
+    tls_sock.setblocking(False)
+    with selectors.DefaultSelector() as selector:
+        while (event := tls.handshake_step(tls_sock)) is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise tls.HandshakeError("no TLS handshake within the request deadline")
+            selector.register(tls_sock, event)
+            selector.select(left)
+            selector.unregister(tls_sock)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from pinlater.common.passwords import hash_password
-from pinlater.common.tls import client_context
+from pinlater.common.tls import client_context, server_context
 from pinlater.config import TlsConfig
 from pinlater.server.http import MAX_BODY_BYTES, HttpListener, Response
 from pinlater.server.listen import bind
@@ -200,3 +200,24 @@ def test_with_server_tls_the_listener_speaks_https_and_the_cookie_is_secure(tmp_
             AdminHttp(f"https://127.0.0.1:{port}", context=ssl.create_default_context()).get(
                 "/health"
             )  # an unknown CA is refused: the listener presents the server certificate
+
+
+@needs_openssl
+def test_a_silent_tls_client_is_cut_off_at_the_deadline(make_listener, certs):
+    listener = make_listener(
+        threads=1,
+        request_timeout=0.5,
+        ssl_context=server_context(certs.server_cert, certs.server_key),
+    )
+    silent = listener.silent()
+    started = time.monotonic()
+    assert silent.recv(100) == b"", "closed without a handshake"
+    assert time.monotonic() - started < 2.0
+    silent.close()
+    assert listener.refused == ["tls"]
+    conn = http.client.HTTPSConnection(
+        "127.0.0.1", listener.port, timeout=5, context=client_context(certs.ca)
+    )
+    conn.request("GET", "/after")
+    assert conn.getresponse().read() == b"/after", "the one thread serves again"
+    conn.close()
