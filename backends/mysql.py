@@ -220,6 +220,9 @@ class MySQLShard(SQLShard):
         #: this pool's session lock wait, restored after a DDL's shorter one
         self._wait = lock_wait_seconds(settings)
         self._db_name = re.compile(re.escape(self._db_prefix) + r"([A-Za-z0-9_]+)", re.ASCII)
+        #: <prefix>_<shard>: the shard's own database (runtime queue settings), never a queue's
+        self.settings_table = (f"{spec.database_prefix}_{spec.name}", "settings")
+        self._settings_ready = False
 
     # ---- identifiers: the ONE place queue names become database/table names ----
     def database(self, queue: str) -> str:
@@ -463,6 +466,19 @@ class MySQLShard(SQLShard):
         [tables] = self._ddl([self.queries.render("database_tables")], {"db": self._trash})
         self._drop_trash([name for (name,) in tables])
         return len(tables)
+
+    def _ensure_settings(self) -> None:
+        if self._settings_ready:
+            return
+        db, table = self.settings_table
+        self._ddl(
+            [
+                self.queries.render("create_settings_database", db=(db,)),
+                self.queries.render("create_settings", table=(db, table)),
+                self.queries.render("seed_settings", table=(db, table)),
+            ]
+        )
+        self._settings_ready = True
 
     def queue_names(self) -> set[str]:
         pattern = self._db_prefix.replace("_", "\\_") + "%"

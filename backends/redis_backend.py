@@ -176,10 +176,12 @@ class RedisShard(Shard):
         retriable = text.startswith(("BUSY", "LOADING", "READONLY", "TRYAGAIN", "MASTERDOWN"))
         return ShardError(self.name, f"Redis error: {text}", retriable=retriable)
 
-    def _run(self, script: redis.commands.core.Script, queue: str, args: list) -> Any:
+    def _run(self, script: redis.commands.core.Script, queue: str | None, args: list) -> Any:
         return self._run_all(queue, [(script, args)])[0]
 
-    def _run_all(self, queue: str, calls: list[tuple[redis.commands.core.Script, list]]) -> list:
+    def _run_all(
+        self, queue: str | None, calls: list[tuple[redis.commands.core.Script, list]]
+    ) -> list:
         """Run the scripts in order, sent together (one round trip), and return their replies.
         A script Redis does not know (restart, SCRIPT FLUSH) is loaded and run again on its own;
         the first error reply is raised after every reply was read."""
@@ -250,6 +252,22 @@ class RedisShard(Shard):
         with self._errors():
             names = self._client.hkeys(self._registry)
             return {n.decode() if isinstance(n, bytes) else n for n in names}
+
+    # ---- runtime queue settings ----
+    def read_settings(self, known_version: int) -> tuple[int, bytes | None]:
+        reply = self._run(
+            self._scripts.settings_read, None, [keys.settings_key(self.name), known_version]
+        )
+        version = int(reply[0])
+        return version, (bytes(reply[1]) if len(reply) > 1 else None)
+
+    def write_settings(self, expected_version: int, document: bytes) -> int | None:
+        reply = self._run(
+            self._scripts.settings_write,
+            None,
+            [keys.settings_key(self.name), expected_version, document],
+        )
+        return None if reply is None else int(reply)
 
     # ---- jobs ----
     def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[int]:

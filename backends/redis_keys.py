@@ -4,6 +4,9 @@ Key layout (per shard; several shards may share one Redis instance and database 
 key starts with the shard name):
 
     pl:<shard>:queues                   HASH   queue name -> highest priority created (registry)
+    pl:<shard>:settings                 HASH   version, doc: the runtime queue settings
+                                               (pinlater/ops/runtime_settings.py; only on the
+                                               first shard of the map)
     pl:<shard>:q:<queue>:p<n>:seq       STRING id counter of priority n (INCR); local ids are
                                                unique per queue, shard and priority
     pl:<shard>:q:<queue>:p<n>:b         HASH   id19 -> body (bytes)
@@ -70,6 +73,10 @@ def _check(pattern: re.Pattern, kind: str, name: str) -> str:
 
 def registry_key(shard: str) -> str:
     return f"{KEY_ROOT}:{_check(_SHARD, 'shard', shard)}:queues"
+
+
+def settings_key(shard: str) -> str:
+    return f"{KEY_ROOT}:{_check(_SHARD, 'shard', shard)}:settings"
 
 
 def queue_prefix(shard: str, queue: str) -> str:

@@ -58,6 +58,8 @@ class Scripts:
     delete_jobs: Script
     reclaim: Script
     purge: Script
+    settings_read: Script
+    settings_write: Script
 
     def __init__(self, client: redis.Redis):
         for name in SCRIPT_NAMES:

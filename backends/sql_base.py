@@ -680,6 +680,32 @@ class SQLShard(Shard):
 
         return self._write_steps(queue, priority, limit, step)
 
+    # ---- runtime queue settings ----
+    #: identifier parts of the one-row settings table (queries/common/settings.sql)
+    settings_table: tuple[str, ...] = ("pinlater_settings",)
+
+    def _ensure_settings(self) -> None:
+        """Make sure the settings table and its row exist (SQLite creates them when it opens
+        the file; MySQL on first use)."""
+
+    def read_settings(self, known_version: int) -> tuple[int, bytes | None]:
+        self._ensure_settings()
+        with self._read() as cur:
+            row = self._run(
+                cur, "settings_read", self.settings_table, {"known": known_version}
+            ).fetchone()
+        if row is None:  # a table without its row: nothing stored
+            return 0, (None if known_version == 0 else b"")
+        version, document = row
+        return int(version), None if document is None else bytes(document)
+
+    def write_settings(self, expected_version: int, document: bytes) -> int | None:
+        self._ensure_settings()
+        with self._write() as cur:
+            params = {"expected": expected_version, "document": document}
+            changed = self._run(cur, "settings_update", self.settings_table, params).rowcount
+        return expected_version + 1 if changed == 1 else None
+
 
 def _by_priority(items: Sequence[Any]) -> dict[int, list[Any]]:
     groups: dict[int, list[Any]] = defaultdict(list)

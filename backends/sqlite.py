@@ -194,6 +194,8 @@ class SQLiteShard(SQLShard):
         try:
             cur.execute(self.queries.render("create_registry"))
             cur.execute(self.queries.render("create_deleted_registry"))
+            cur.execute(self.queries.render("create_settings"))
+            cur.execute(self.queries.render("seed_settings"))
             for queue_id in {qid for qid, _ in cur.execute(self.queries.render("queue_list"))}:
                 self._create_tables(cur, queue_id)
             cur.execute("COMMIT")

@@ -12,12 +12,16 @@ import time
 
 from backends import backend_class
 from pinlater import config as config_module
+from pinlater.common.tls import server_context
 from pinlater.config import Config
 from pinlater.handler.handler import PinLaterHandler
 from pinlater.handler.observer import RequestObserver
 from pinlater.idl import PinLater
+from pinlater.ops.admin_actions import AdminActions
+from pinlater.ops.admin_reads import AdminContext, AdminReads
 from pinlater.ops.depth import DepthCollector
 from pinlater.ops.janitor import Janitor
+from pinlater.ops.janitor_activity import JanitorActivity
 from pinlater.ops.maintenance import ShardMaintenance, ShardMapWatcher
 from pinlater.ops.metrics import Metrics, live_gauges
 from pinlater.ops.observer import OperatingObserver
@@ -25,9 +29,15 @@ from pinlater.ops.periodic import Periodic
 from pinlater.ops.queue_settings import CHECK_INTERVAL_SECONDS, QueueConfigWatcher, check_files
 from pinlater.ops.queue_slots import QueueSlots
 from pinlater.ops.rate_limiter import QueueRateLimiter
+from pinlater.ops.rates import JobRates
 from pinlater.ops.request_log import RequestLog
+from pinlater.ops.runtime_settings import RuntimeSettings, SettingsHome
+from pinlater.ops.shard_jobs import ShardJobCounts
+from pinlater.ops.shard_stats import ShardStats
+from pinlater.server.admin_api import AdminApi
+from pinlater.server.admin_auth import AdminAuth
 from pinlater.server.admission import Admission
-from pinlater.server.http import MetricsServer, health_report
+from pinlater.server.http import HttpListener, Routes, health_report
 from pinlater.server.listen import bind
 from pinlater.storage.sharded import ShardedBackend
 
@@ -73,6 +83,9 @@ class App:
             unhealthy_after_failures=config.sharding.unhealthy_after_failures,
         )
         self.started = time.monotonic()
+        self.started_at = time.time()
+        #: the admin API is served (a password is configured and the HTTP listener is on)
+        self.admin_enabled = bool(config.admin.password_hash) and config.metrics.port != 0
         try:
             self._build_operating(config)
         except BaseException:
@@ -87,30 +100,40 @@ class App:
                 self.limiter,
                 QueueSlots(config.admission.dequeue_cap_per_queue(config.server.worker_threads)),
                 RequestLog(config.request_log.max_warnings_per_peer_per_minute),
+                self.rates if self.admin_enabled else None,
             ),
         )
         self.janitor = Janitor(
             self.store,
             config.janitor,
             on_queue_counts=self._janitor_counts,
-            claim_timeout_for=lambda queue: self.queue_config.claim_timeout_for(
-                queue, config.janitor.claim_timeout_seconds
-            ),
+            claim_timeout_for=self.settings.claim_timeout_for,
         )
-        self.metrics_server: MetricsServer | None = None
+        self.janitor_activity = JanitorActivity(self.janitor.run_once)
+        self.metrics_server: HttpListener | None = None
         self._threads: list[Periodic] = []
 
     def _build_operating(self, config: Config) -> None:
         """Metrics, per-queue rate limits (queue config + ServerSet) and admission caps."""
         self.metrics = Metrics()
+        self.shard_stats = ShardStats()
         self.store.call_observer = self.metrics.shard_call
+        if self.admin_enabled:  # the admin API's shard view: recent latencies and errors
+            self.store.call_observer = self._observe_call
+            self.store.failure_observer = self.shard_stats.failure
         self.limiter = QueueRateLimiter()
+        self.settings_home = SettingsHome(self.store)
+        self.settings = RuntimeSettings(
+            self.settings_home, self.limiter, config.janitor.claim_timeout_seconds
+        )
         self.queue_config = QueueConfigWatcher(
             config.queue_config,
             config.server_set_file,
-            on_change=lambda qc, servers: self.limiter.configure(qc.rates(), servers),
+            on_change=self.settings.file_changed,
             on_error=lambda kind: self.metrics.reload_errors.labels(kind).inc(),
         )
+        self.rates = JobRates(config.dashboard.rate_sample_seconds, config.dashboard.rate_samples)
+        self.shard_jobs = ShardJobCounts(self.store, config.metrics.depth_count_cap)
         self.admission = Admission(
             config.admission.max_concurrent_requests,
             config.admission.dequeue_cap(config.server.worker_threads),
@@ -124,6 +147,10 @@ class App:
             live_gauges(self.store, lambda: self._server_stats(), self.limiter.shares),  # noqa: PLW0108
         )
 
+    def _observe_call(self, shard: str, seconds: float, ok: bool) -> None:
+        self.metrics.shard_call(shard, seconds, ok)
+        self.shard_stats.call(shard, seconds, ok)
+
     def attach_server(self, server) -> None:
         """Let the gauges read the network loop's connection count."""
         self._server_stats = lambda: {
@@ -135,6 +162,7 @@ class App:
         return health_report(self.store, self.started)
 
     def _janitor_counts(self, queue: str, counts) -> None:
+        self.janitor_activity.queue_counts(queue, counts)
         self.metrics.janitor_queue(
             queue,
             counts.reclaimed_to_pending,
@@ -156,8 +184,10 @@ class App:
                 problems.append(warning)
         if problems and self.config.backend.require_durable:
             raise NotDurable(problems)
+        self.settings.poll()  # stored pauses and limits hold before the first request
+        self._every("queue-settings", self.config.admin.settings_poll_seconds, self.settings.poll)
         if self.config.janitor.enabled:
-            self._every("janitor", self.config.janitor.interval_seconds, self.janitor.run_once)
+            self._every("janitor", self.config.janitor.interval_seconds, self.janitor_activity.run)
         self._every(
             "shard-maintenance",
             self.config.sharding.probe_interval_seconds,
@@ -165,18 +195,83 @@ class App:
         )
         if self.config.queue_config or self.config.server_set_file:
             self._every("queue-config-watcher", CHECK_INTERVAL_SECONDS, self.queue_config.check)
-        metrics = self.config.metrics
-        if metrics.port:
-            sock = metrics_socket or bind(metrics.host, metrics.port)
-            self.metrics_server = MetricsServer(sock, self.metrics.registry, self.health).start()
-            log.info(
-                "metrics on http://%s:%d/metrics (health: /health)", *self.metrics_server.address
-            )
-            self._every(
-                "queue-depth", metrics.depth_interval_seconds, self.depth.refresh, at_start=True
-            )
+        if self.config.metrics.port:
+            self._start_http(metrics_socket)
         for thread in self._threads:
             thread.start()
+
+    def _start_http(self, sock: socket.socket | None) -> None:
+        """The HTTP listener (/metrics, /health, and /api/v1 when the admin API is on) on
+        `sock` (bound here when None) and the background duties that feed it."""
+        config, metrics = self.config, self.config.metrics
+        tls = config.server.tls
+        ssl_context = None
+        if tls.enabled and tls.cert_file:  # validated: enabled TLS has a certificate
+            ssl_context = server_context(tls.cert_file, tls.key_file)
+        self.metrics_server = HttpListener(
+            sock or bind(metrics.host, metrics.port),
+            Routes(self.metrics.registry, self.health, self._admin_api()),
+            threads=metrics.http_threads,
+            max_waiting=metrics.http_max_waiting,
+            request_timeout=metrics.http_request_timeout_seconds,
+            connections_per_client=metrics.http_connections_per_client,
+            ssl_context=ssl_context,
+            on_refused=lambda reason: self.metrics.http_refused.labels(reason).inc(),
+        ).start()
+        scheme = "https" if ssl_context else "http"
+        log.info(
+            "metrics on %s://%s:%d/metrics (health: /health%s)",
+            scheme,
+            *self.metrics_server.address,
+            ", admin API: /api/v1/" if self.admin_enabled else "",
+        )
+        self._every(
+            "queue-depth", metrics.depth_interval_seconds, self.depth.refresh, at_start=True
+        )
+        if self.admin_enabled:
+            dashboard = config.dashboard
+            self._every("job-rates", dashboard.rate_sample_seconds, self._sample_rates)
+            self._every(
+                "shard-job-counts",
+                dashboard.shard_counts_interval_seconds,
+                self.shard_jobs.refresh,
+                at_start=True,
+            )
+
+    def _admin_api(self) -> AdminApi | None:
+        if not self.admin_enabled or self.handler.passwords is None:
+            return None
+        config = self.config
+        ctx = AdminContext(
+            config=config,
+            store=self.store,
+            settings=self.settings,
+            settings_home=self.settings_home,
+            rates=self.rates,
+            depth=self.depth,
+            shard_stats=self.shard_stats,
+            shard_jobs=self.shard_jobs,
+            janitor=self.janitor_activity,
+            max_queue_name=self.handler.max_queue_name,
+            started=self.started,
+            started_at=self.started_at,
+        )
+        auth = AdminAuth(
+            self.handler.passwords,
+            config.admin,
+            on_check=lambda outcome: self.metrics.admin_logins.labels(outcome).inc(),
+        )
+        return AdminApi(
+            AdminReads(ctx),
+            AdminActions(ctx, self.handler.passwords, self.metrics),
+            auth,
+            read_only=config.dashboard.read_only,
+        )
+
+    def _sample_rates(self) -> None:
+        snapshot, refreshed_at = self.depth.snapshot()
+        known = {queue for queue, _, _ in snapshot} if refreshed_at else None
+        self.rates.sample(known)
 
     def _every(self, name: str, interval: float, duty, at_start: bool = False) -> None:
         self._threads.append(

@@ -168,7 +168,7 @@ class BackendConfig:
 @dataclass(frozen=True)
 class AdminConfig:
     #: `pbkdf2_sha256$ITERATIONS$SALT_HEX$HASH_HEX` (see `pinlater hash-password`); unset
-    #: means deleteQueue is refused
+    #: means deleteQueue is refused and the admin API (/api/v1 on the metrics port) is off
     password_hash: str | None = None
     #: wrong passwords one client address may try per minute (then refused before hashing)
     password_failures_per_minute: float = field(default=10, metadata=_range(0.01, 100_000))
@@ -176,6 +176,33 @@ class AdminConfig:
     password_failure_burst: int = field(default=5, metadata=_range(1, 10_000))
     #: password hashes this server computes per second at most (each costs ~0.1 s of CPU)
     password_checks_per_second: float = field(default=4, metadata=_range(0.01, 10_000))
+    #: an admin API session (cookie from POST /api/v1/login) ends after this long unused
+    session_idle_seconds: float = field(default=3600.0, metadata=_range(10, 7 * 86_400))
+    #: ... and this long after the login whatever its use
+    session_max_seconds: float = field(default=12 * 3600.0, metadata=_range(10, 30 * 86_400))
+    #: admin API sessions held at once; a login beyond it ends the oldest session
+    max_sessions: int = field(default=100, metadata=_range(1, 100_000))
+    #: how often every server reads the queue settings stored in the backend (pause, rate
+    #: limit, claim timeout set through the admin API): a cheap version read when unchanged
+    settings_poll_seconds: float = field(default=1.0, metadata=_range(0.05, 5))
+
+
+@dataclass(frozen=True)
+class DashboardConfig:
+    """The admin API (and the dashboard over it) on the HTTP listener (metrics.host/port)."""
+
+    #: the API answers reads only: every action is refused with 403 read_only
+    read_only: bool = False
+    #: how often the per-queue enqueue/dequeue/ack counters are sampled for the API's rates
+    rate_sample_seconds: float = field(default=5.0, metadata=_range(0.05, 300))
+    #: samples kept per queue (rates and charts cover rate_sample_seconds x this)
+    rate_samples: int = field(default=60, metadata=_range(12, 10_000))
+    #: how often the jobs held by each shard are counted (GET /api/v1/shards)
+    shard_counts_interval_seconds: float = field(default=60.0, metadata=_range(0.05, 86_400))
+    #: jobs a jobs page may list at most (GET /api/v1/queues/Q/jobs?limit=)
+    max_page_size: int = field(default=500, metadata=_range(1, 10_000))
+    #: bytes of a job body shown in a preview (escaped)
+    body_preview_bytes: int = field(default=256, metadata=_range(16, 65_536))
 
 
 @dataclass(frozen=True)
@@ -187,6 +214,15 @@ class MetricsConfig:
     depth_interval_seconds: float = field(default=15.0, metadata=_range(0.05, 86_400))
     #: each depth gauge counts at most this many jobs (keeps a refresh cheap on big queues)
     depth_count_cap: int = field(default=100_000, metadata=_range(1, 2**31 - 1))
+    #: threads that serve the HTTP listener (/metrics, /health, /api/v1); a connection that
+    #: finds them all busy and `http_max_waiting` connections waiting is closed at once
+    http_threads: int = field(default=8, metadata=_range(1, 256))
+    http_max_waiting: int = field(default=32, metadata=_range(0, 10_000))
+    #: a request (TLS handshake, headers and body) must arrive, and its answer be sent, within
+    #: this long; HTTP connections serve one request each
+    http_request_timeout_seconds: float = field(default=10.0, metadata=_range(0.1, 600))
+    #: connections one client address may hold at once
+    http_connections_per_client: int = field(default=16, metadata=_range(1, 10_000))
 
 
 @dataclass(frozen=True)
@@ -225,6 +261,7 @@ class Config:
     sharding: ShardingConfig = ShardingConfig()
     janitor: JanitorConfig = JanitorConfig()
     admin: AdminConfig = AdminConfig()
+    dashboard: DashboardConfig = DashboardConfig()
     metrics: MetricsConfig = MetricsConfig()
     admission: AdmissionConfig = AdmissionConfig()
     request_log: RequestLogConfig = RequestLogConfig()

@@ -29,6 +29,8 @@ class ContinuationInvalid(PinLaterError):
 
 class PasswordInvalid(PinLaterError):
     code, name = 403, "PASSWORD_INVALID"
+    #: why it was refused: "wrong", or a rate limit (pinlater.handler.password_guard)
+    reason = "wrong"
 
 
 class QueueNameInvalid(PinLaterError):

@@ -2,8 +2,9 @@
 
 Subcommands are named after the original PinLaterClientTool modes (create, delete, enqueue,
 dequeue, check_dequeue, lookup, get_queue_names, get_job_count, scan, retry_failed,
-delete_jobs, checkpoint) plus `hash-password` and `stats`; the options are in
-pinlater.cli.parser, the commands here.
+delete_jobs, checkpoint) plus `hash-password`, `stats`, and `pause`/`resume` (through the
+server's admin API, pinlater.cli.admin_client); the options are in pinlater.cli.parser, the
+commands here.
 
 Exit codes: 0 success, 1 the server reported an error (its ErrorCode name is printed),
 2 usage or input error, 3 the server could not be reached or the connection failed.
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import itertools
-import os
 import random
 import ssl
 import sys
@@ -25,6 +25,13 @@ from pinlater.cli import format as fmt
 from pinlater.cli import load as cli_load
 from pinlater.cli import parser as cli_parser
 from pinlater.cli import stats as cli_stats
+from pinlater.cli.admin_client import (
+    AdminApiError,
+    AdminClient,
+    AdminUnreachable,
+    admin_password,
+    http_context,
+)
 from pinlater.cli.parser import SERVICE, UsageError
 from pinlater.common.passwords import hash_password
 from pinlater.common.serverset import ServerSetError
@@ -51,9 +58,12 @@ def main(
     except (UsageError, ServerSetError, ValueError) as exc:
         err.write(f"pinlater: error: {exc}\n")
         return EXIT_USAGE
-    except PinLaterTransportError as exc:
-        err.write(f"pinlater: connection failed: {exc.message}\n")
+    except (PinLaterTransportError, AdminUnreachable) as exc:
+        err.write(f"pinlater: connection failed: {getattr(exc, 'message', exc)}\n")
         return EXIT_CONNECTION
+    except AdminApiError as exc:
+        err.write(f"pinlater: server error: {exc}\n")
+        return EXIT_SERVER
     except PinLaterError as exc:
         err.write(f"pinlater: server error: {exc}\n")
         return EXIT_SERVER
@@ -103,14 +113,15 @@ def cmd_create(args, out, err):
     _emit(args, out, {"created": args.queue}, f"Created queue: {args.queue}")
 
 
+def _password(args) -> str:
+    password = admin_password(args)
+    if password is None:
+        raise UsageError("no password: use --password or $PINLATER_ADMIN_PASSWORD")
+    return password
+
+
 def cmd_delete(args, out, err):
-    password = args.password
-    if password is None:
-        password = os.environ.get("PINLATER_ADMIN_PASSWORD")
-    if password is None:
-        if not sys.stdin.isatty():
-            raise UsageError("no password: use --password or $PINLATER_ADMIN_PASSWORD")
-        password = getpass.getpass("admin password: ")
+    password = _password(args)
     with make_client(args) as client:
         client.delete_queue(args.queue, password)
     _emit(args, out, {"deleted": args.queue}, f"Deleted queue: {args.queue}")
@@ -304,7 +315,44 @@ def cmd_checkpoint(args, out, err):
 def cmd_stats(args, out, err):
     if args.watch is not None and args.watch <= 0:
         raise UsageError("--watch must be a positive number of seconds")
-    return cli_stats.run(args, out, lambda: make_client(args))
+    context = _http_context(args)
+    password = admin_password(args, prompt=False)
+    settings = None
+    if password is not None and cli_stats.metrics_url(args) is not None:
+        admin = AdminClient.from_args(args, password, context)
+
+        def settings():
+            return {q["name"]: q["settings"] for q in admin.get("/api/v1/queues")["queues"]}
+
+    return cli_stats.run(args, out, lambda: make_client(args), context=context, settings=settings)
+
+
+def cmd_pause(args, out, err):
+    return _pause_or_resume(args, out, "pause")
+
+
+def cmd_resume(args, out, err):
+    return _pause_or_resume(args, out, "resume")
+
+
+def _pause_or_resume(args, out, action: str) -> int:
+    """Through the admin API: the setting is stored in the backend, so every server sharing
+    it applies it within admin.settings_poll_seconds (1 s)."""
+    admin = AdminClient.from_args(args, _password(args), _http_context(args))
+    result = admin.queue_action(args.queue, action, {})
+    paused = result["settings"]["paused"]
+    text = f"{'Paused' if action == 'pause' else 'Resumed'} queue: {args.queue}"
+    if action == "resume" and paused["value"]:
+        text += f" (still paused: {result.get('note', paused['source'])})"
+    _emit(args, out, result, text)
+    return EXIT_OK
+
+
+def _http_context(args):
+    try:
+        return http_context(args)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot load TLS files: {exc}") from None
 
 
 def cmd_hash_password(args, out, err):
@@ -372,6 +420,8 @@ HANDLERS: dict[str, Callable] = {
     "delete_jobs": cmd_delete_jobs,
     "checkpoint": cmd_checkpoint,
     "stats": cmd_stats,
+    "pause": cmd_pause,
+    "resume": cmd_resume,
     "hash-password": cmd_hash_password,
 }
 

@@ -89,6 +89,11 @@ EXAMPLES = {
         pinlater stats                                  # /health from port 9999 on --host
         pinlater stats --watch 5 -q emails              # redraw every 5 s, with rates
         pinlater stats --metrics-port 9998 --json""",
+    "pause": """
+        PINLATER_ADMIN_PASSWORD=secret pinlater pause --queue emails
+        pinlater pause --queue emails --metrics-port 9998 --password secret""",
+    "resume": """
+        PINLATER_ADMIN_PASSWORD=secret pinlater resume --queue emails""",
     "hash-password": """
         pinlater hash-password                          # prompts twice
         printf 'secret\\n' | pinlater hash-password""",
@@ -223,6 +228,13 @@ def build_parser(handlers: dict[str, Callable]) -> argparse.ArgumentParser:
     cli_stats.add_arguments(
         command("stats", "server health, per-queue job counts by priority, enqueue/dequeue rates")
     )
+    for name, what in (("pause", "stop"), ("resume", "restart")):
+        p = command(
+            name,
+            f"{what} handing out a queue's jobs on every server sharing the storage (admin API)",
+        )
+        _queue(p)
+        _admin_api_options(p)
     p = command(
         "hash-password", "print a pbkdf2_sha256 hash for admin.password_hash", connects=False
     )
@@ -248,6 +260,20 @@ def parse_args(
 
 
 # ---- option groups ----
+
+
+def _admin_api_options(p) -> None:
+    """Where the admin API is (the server's HTTP listener) and the password it takes."""
+    p.add_argument(
+        "--password", help="admin password (default: $PINLATER_ADMIN_PASSWORD, else prompt)"
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help=f"the server's HTTP port (${cli_stats.METRICS_PORT_ENV}, else "
+        f"{cli_stats.DEFAULT_METRICS_PORT})",
+    )
+    p.add_argument("--metrics-url", help="its base URL (default http://HOST:METRICS_PORT)")
 
 
 def _queue(p) -> None:

@@ -11,6 +11,10 @@ counters between two scrapes: successive frames with `--watch`, else two scrapes
 
 `--watch [SECONDS]` redraws until Ctrl-C (or `--iterations` times) and keeps going when the
 server restarts or cannot be reached for a while (the frame says so).
+
+With the admin password (`--password` or $PINLATER_ADMIN_PASSWORD) it also shows which queues
+are paused or rate limited, and where that comes from (the admin API's GET /api/v1/queues;
+docs/admin-api.md). With the TLS options the metrics endpoint is read over HTTPS.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -54,6 +59,11 @@ def add_arguments(p) -> None:
         f"{DEFAULT_METRICS_PORT}; 0: none)",
     )
     p.add_argument("--metrics-url", help="metrics base URL (default http://HOST:METRICS_PORT)")
+    p.add_argument(
+        "--password",
+        help="admin password, to show paused and rate-limited queues from the admin API "
+        "(default: $PINLATER_ADMIN_PASSWORD; without it they are not shown)",
+    )
     p.add_argument(
         "--priorities",
         type=int,
@@ -93,23 +103,26 @@ def metrics_url(args, environ=os.environ) -> str | None:
         host = server_source(args.servers).endpoints()[0][0]
     if ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    secure = any(getattr(args, name, None) for name in ("tls", "tls_ca", "tls_cert"))
+    return f"{'https' if secure else 'http'}://{host}:{port}"
 
 
-def _get(url: str, timeout: float) -> tuple[int, bytes]:
+def _get(url: str, timeout: float, context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
     """(HTTP status, body) of a GET; 4xx/5xx answers are returned, not raised."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         with exc:
             return exc.code, exc.read()
 
 
-def fetch_health(url: str, timeout: float) -> tuple[int | None, dict[str, Any], str]:
+def fetch_health(
+    url: str, timeout: float, context: ssl.SSLContext | None = None
+) -> tuple[int | None, dict[str, Any], str]:
     """(HTTP status or None, JSON body, error text)."""
     try:
-        status, body = _get(url.rstrip("/") + "/health", timeout)
+        status, body = _get(url.rstrip("/") + "/health", timeout, context)
     except (OSError, ValueError) as exc:
         return None, {}, f"{url}/health: {getattr(exc, 'reason', exc)}"
     try:
@@ -118,10 +131,12 @@ def fetch_health(url: str, timeout: float) -> tuple[int | None, dict[str, Any], 
         return status, {}, f"HTTP {status}"
 
 
-def fetch_counters(url: str, timeout: float) -> dict[tuple[str, str], float] | None:
+def fetch_counters(
+    url: str, timeout: float, context: ssl.SSLContext | None = None
+) -> dict[tuple[str, str], float] | None:
     """{(queue, column): counter value} from /metrics, or None when it cannot be read."""
     try:
-        status, body = _get(url.rstrip("/") + "/metrics", timeout)
+        status, body = _get(url.rstrip("/") + "/metrics", timeout, context)
     except (OSError, ValueError):
         return None
     if status != 200:
@@ -198,18 +213,31 @@ def queue_counts(client, queue: str, priorities: int) -> list[dict[str, Any]]:
     return rows
 
 
+#: reads {queue: effective settings} from the admin API (raises with a reason when it cannot)
+SettingsSource = Callable[[], dict[str, dict[str, Any]]]
+
+
 class Collector:
     """Takes snapshots; remembers the last counter sample so each frame can show rates."""
 
-    def __init__(self, args, client, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        args,
+        client,
+        clock: Callable[[], float] = time.monotonic,
+        context: ssl.SSLContext | None = None,
+        settings: SettingsSource | None = None,
+    ):
         self.args, self.client, self.clock = args, client, clock
         self.url = metrics_url(args)
+        self.context = context
+        self.settings = settings
         self.last: Sample | None = None
 
     def sample(self) -> Sample | None:
         if self.url is None:
             return None
-        counters = fetch_counters(self.url, self.args.timeout)
+        counters = fetch_counters(self.url, self.args.timeout, self.context)
         return None if counters is None else Sample(self.clock(), counters)
 
     def snapshot(self, wait: Callable[[float], None] | None = None) -> dict[str, Any]:
@@ -220,7 +248,7 @@ class Collector:
         health: dict[str, Any] = {}
         error = "no metrics endpoint (--metrics-port 0)"
         if self.url:
-            status, health, error = fetch_health(self.url, self.args.timeout)
+            status, health, error = fetch_health(self.url, self.args.timeout, self.context)
         priorities = self.args.priorities or health.get("priorities") or 3
         queues = self.args.queues or self.client.queue_names()
         rows = [
@@ -239,8 +267,30 @@ class Collector:
             "health_error": error,
             "rows": rows,
             "rates": shown,
+            **self._settings(queues),
             "error": None,
         }
+
+    def _settings(self, queues) -> dict[str, Any]:
+        """{"settings": {queue: paused/limit summary}} from the admin API (only with a password;
+        "settings_error" says why they are missing)."""
+        if self.settings is None:
+            return {}
+        try:
+            every = self.settings()
+        except Exception as exc:  # noqa: BLE001 - any failure is shown, the frame goes on
+            return {"settings": None, "settings_error": str(exc)}
+        return {"settings": {q: _setting_summary(every[q]) for q in sorted(queues) if q in every}}
+
+
+def _setting_summary(settings: dict[str, Any]) -> dict[str, Any]:
+    rate = settings["max_jobs_per_second"]
+    return {
+        "paused": settings["paused"]["value"],
+        "paused_source": settings["paused"]["source"],
+        "max_jobs_per_second": rate["value"],
+        "rate_source": rate["source"],
+    }
 
 
 def render(data: dict[str, Any], watching: bool = False) -> str:
@@ -256,6 +306,8 @@ def render(data: dict[str, Any], watching: bool = False) -> str:
             [[r["queue"], r["priority"]] + [r[c] for c in COLUMNS] for r in data["rows"]],
         )
     )
+    if "settings" in data:
+        lines.append(_settings_line(data))
     if data.get("rates") is None:
         lines.append("rates: from the next frame on" if watching else "rates: - (no /metrics)")
     else:
@@ -271,15 +323,30 @@ def render(data: dict[str, Any], watching: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _settings_line(data: dict[str, Any]) -> str:
+    """`settings: emails paused (stored), reports 5/s (file)` or why they are missing."""
+    if data["settings"] is None:
+        return f"settings: - ({data.get('settings_error')})"
+    parts = []
+    for queue, s in data["settings"].items():
+        if s["paused"]:
+            parts.append(f"{queue} paused ({s['paused_source']})")
+        elif s["max_jobs_per_second"] is not None:
+            parts.append(f"{queue} {s['max_jobs_per_second']:g}/s ({s['rate_source']})")
+    return "settings: " + (", ".join(parts) if parts else "no queue paused or rate limited")
+
+
 def run(
     args,
     out: TextIO,
     client_factory: Callable[[], Any],
     sleep: Callable[[float], None] = time.sleep,
+    context: ssl.SSLContext | None = None,
+    settings: SettingsSource | None = None,
 ) -> int:
     """Print once, or redraw every --watch seconds. Exit 1 when /health says unavailable."""
     with client_factory() as client:
-        collector = Collector(args, client)
+        collector = Collector(args, client, context=context, settings=settings)
         if args.watch is None:
             return _show(args, out, collector.snapshot(wait=sleep))
         done = 0

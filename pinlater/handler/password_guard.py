@@ -121,7 +121,9 @@ class PasswordGuard:
 
     def _refuse(self, reason: str, message: str) -> None:
         self._on_refused(reason)
-        raise PasswordInvalid(message)
+        error = PasswordInvalid(message)
+        error.reason = reason  # one of REFUSAL_REASONS (the admin API answers 429 for limits)
+        raise error
 
 
 def _client_of(peer: str | None) -> str:

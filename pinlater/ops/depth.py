@@ -60,6 +60,15 @@ class DepthCollector:
         self._snapshot = snapshot
         self._refreshed_at = time.time()
 
+    def snapshot(self) -> tuple[dict[tuple[str, str, int], int], float]:
+        """The last refresh: {(queue, state, priority): jobs} and its time (epoch s, 0 before
+        the first). The admin API's queue overview reads it."""
+        return self._snapshot, self._refreshed_at
+
+    def counts_of(self, queue: str) -> dict[tuple[str, str, int], int]:
+        """One queue's counts read now (the admin API's queue view); raises like the store."""
+        return self._queue_counts(queue)
+
     def _queue_counts(self, queue: str) -> dict[tuple[str, str, int], int]:
         counts = {}
         for priority in range(1, self.store.num_priorities + 1):

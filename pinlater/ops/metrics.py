@@ -166,6 +166,19 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.http_refused = Counter(
+            "pinlater_http_refused",
+            "HTTP listener connections closed unserved, by reason (busy, per_client, timeout, tls)",
+            ["reason"],
+            registry=r,
+        )
+        self.admin_logins = Counter(
+            "pinlater_admin_logins",
+            "admin API logins (password or basic auth checks), by outcome (ok, wrong, "
+            "client_limit, server_limit, busy)",
+            ["outcome"],
+            registry=r,
+        )
         self.background_failures = Counter(
             "pinlater_background_failures",
             "background passes that raised, by task (janitor, queue-depth, shard-maintenance, "

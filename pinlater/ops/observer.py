@@ -15,6 +15,7 @@ from pinlater.handler.observer import RequestObserver
 from pinlater.ops.metrics import Metrics
 from pinlater.ops.queue_slots import QueueSlots
 from pinlater.ops.rate_limiter import QueueRateLimiter
+from pinlater.ops.rates import JobRates
 from pinlater.ops.request_log import RequestLog
 
 
@@ -25,11 +26,13 @@ class OperatingObserver(RequestObserver):
         limiter: QueueRateLimiter,
         slots: QueueSlots,
         request_log: RequestLog,
+        rates: JobRates | None = None,
     ):
         self.metrics = metrics
         self.limiter = limiter
         self.slots = slots
         self.request_log = request_log
+        self.rates = rates
 
     def before_dequeue(self, queue: str, limit: int) -> int | None:
         if not self.slots.try_acquire(queue):
@@ -41,7 +44,12 @@ class OperatingObserver(RequestObserver):
         allowed = self.limiter.allowance(queue, limit)
         if allowed <= 0:
             self.slots.release(queue)
-            self.metrics.dequeue_refused(queue, "paused" if self.limiter.paused(queue) else "rate")
+            if self.limiter.paused(queue):
+                self.metrics.dequeue_refused(queue, "paused")
+                raise DequeueRateLimited(
+                    f"Dequeue rate limit exceeded for queue: {queue} (the queue is paused)"
+                )
+            self.metrics.dequeue_refused(queue, "rate")
             raise DequeueRateLimited(f"Dequeue rate limit exceeded for queue: {queue}")
         return allowed
 
@@ -71,3 +79,5 @@ class OperatingObserver(RequestObserver):
 
     def on_jobs(self, event: str, queue: str, count: int) -> None:
         self.metrics.jobs(event, queue, count)
+        if self.rates is not None:
+            self.rates.record(event, queue, count)

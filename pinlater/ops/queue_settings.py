@@ -12,7 +12,9 @@ or the original PinLater JSON (extra fields inside `queueConfig` are ignored, as
     {"queues": [{"name": "emails", "queueConfig": {"maxJobsPerSecond": 5}}]}
 
 `claimTimeoutSeconds` is accepted inside `queueConfig` as an extension. A queue not listed is
-unlimited and uses janitor.claim_timeout_seconds.
+unlimited and uses janitor.claim_timeout_seconds. Settings stored through the admin API
+override the file's per setting (`pinlater.ops.runtime_settings`, which merges both and feeds
+the rate limiter and the janitor).
 
 ServerSet: one `host:port` per line (the worker SDK's format); each server enforces
 rate / (number of distinct servers listed). A file that is unreadable, malformed or empty after
@@ -197,12 +199,6 @@ class QueueConfigWatcher:
         self.config = read_queue_config(queue_config) if queue_config else QueueConfig()
         self.servers = read_server_count(server_set_file) if server_set_file else 1
         self._on_change(self.config, self.servers)
-
-    def claim_timeout_for(self, queue: str, default: float) -> float:
-        settings = self.config.queues.get(queue)
-        if settings is None or settings.claim_timeout_seconds is None:
-            return default
-        return settings.claim_timeout_seconds
 
     def check(self) -> bool:
         """Re-read changed files; True when a new config or server count was applied."""

@@ -208,6 +208,19 @@ class Shard(abc.ABC):
         """Delete up to `limit` jobs in a terminal `state` whose updated_at is older than ttl,
         in steps of at most DELETE_STEP jobs."""
 
+    # ---- runtime queue settings (one document, kept on the first shard of the map) ----
+    @abc.abstractmethod
+    def read_settings(self, known_version: int) -> tuple[int, bytes | None]:
+        """The stored settings document and its version, in one cheap read: (version, None)
+        when the version is still `known_version`, else (version, document). Nothing stored
+        yet is version 0 with an empty document."""
+
+    @abc.abstractmethod
+    def write_settings(self, expected_version: int, document: bytes) -> int | None:
+        """Store `document` if the stored version is still `expected_version` (0: nothing
+        stored yet), as one atomic compare-and-set; return the new version (expected + 1), or
+        None when another writer changed it first (nothing written)."""
+
     # ---- health ----
     @abc.abstractmethod
     def ping(self) -> None:

@@ -65,6 +65,8 @@ class ShardedBackend:
 
     #: told (shard, seconds, ok) after every storage call attempt (metrics); None = nobody
     call_observer: Callable[[str, float, bool], None] | None = None
+    #: told (shard, error) of every failed storage call attempt (recent errors); None = nobody
+    failure_observer: Callable[[str, Exception], None] | None = None
 
     def __init__(
         self,
@@ -191,10 +193,12 @@ class ShardedBackend:
             except StorageFull as exc:
                 if observe is not None:
                     observe(name, time.perf_counter() - started, False)
+                self._failed(name, exc)
                 raise ShardFull(f"shard {name} is full and refused the write: {exc}") from None
             except ShardError as exc:
                 if observe is not None:
                     observe(name, time.perf_counter() - started, False)
+                self._failed(name, exc)
                 last = exc
                 if not isinstance(exc, QueueBusy):
                     self._record_failure(name, exc)
@@ -217,6 +221,10 @@ class ShardedBackend:
             self.health.mark_unhealthy(name)
         else:
             self.health.record_failure(name)
+
+    def _failed(self, name: str, error: Exception) -> None:
+        if self.failure_observer is not None:
+            self.failure_observer(name, error)
 
     def _fan_out(self, names: Iterable[str], op: Callable[[Shard], T]) -> dict[str, T]:
         """Run `op` on each shard (in parallel when there are several); first error wins."""

@@ -209,6 +209,24 @@ def test_a_rate_limited_dequeue_still_applies_its_acks(api, queue):
     assert api.dequeue_ids(queue, 5) == sorted([failed, waiting])
 
 
+@pytest.mark.rule("E-dequeue-rate-limited")
+def test_a_queue_paused_in_the_stored_settings_refuses_and_still_applies_acks(api, queue):
+    done, waiting = api.enqueue(queue, b"done", b"waiting")
+    assert api.dequeue_ids(queue, 1) == [done]
+    api.app.settings.change(queue, {"paused": True}, "conformance")  # what the admin API does
+    try:
+        ack = api.ack_request(queue, succeeded=[done])
+        with api.raises(E.DEQUEUE_RATE_LIMITED, match="paused"):
+            api.dequeue(queue, 5, ack=ack)
+        with api.raises(E.DEQUEUE_RATE_LIMITED, match="paused"):
+            api.dequeue(queue, 5, dryRun=True)
+        assert api.state(done) == 2, "the piggy-backed ack was applied"
+        assert api.state(waiting) == 0, "nothing was handed out"
+    finally:
+        api.app.settings.change(queue, {"paused": None}, "conformance")
+    assert api.dequeue_ids(queue, 5) == [waiting]
+
+
 @pytest.mark.rule("B-clock-per-shard")
 def test_each_shard_decides_eligibility_by_its_own_clock(api, queue):
     [d] = api.enqueue(queue, {"body": b"x", "runAfterTimestampMillis": api.now() + 60_000})

@@ -98,7 +98,9 @@ def test_paused_queue_refuses_but_still_applies_piggy_backed_acks(tmp_path):
                 ),
             )
         assert info.value.errorCode == RATE_LIMITED
-        assert info.value.message == "Dequeue rate limit exceeded for queue: paused"
+        assert info.value.message == (
+            "Dequeue rate limit exceeded for queue: paused (the queue is paused)"
+        )
         assert (
             c.getJobCount(CTX, T.PinLaterGetJobCountRequest(queueName="paused", jobState=2)) == 1
         )  # the ack went through

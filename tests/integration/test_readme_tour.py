@@ -59,12 +59,15 @@ def shell_env(server: ServerProcess, metrics_port: int) -> dict[str, str]:
     return env
 
 
-def run_blocks(names: list[str], workdir: Path, env: dict[str, str], any_shard: bool) -> None:
-    """Run the named blocks' commands in one bash session; fail listing every mismatch."""
+def run_blocks(
+    names: list[str], workdir: Path, env: dict[str, str], any_shard: bool, text: str = README
+) -> None:
+    """Run the named blocks' commands (of the README, or `text`) in one bash session; fail
+    listing every mismatch."""
     steps = [
         step
         for name in names
-        for block in readme_blocks.blocks(README, name)
+        for block in readme_blocks.blocks(text, name)
         for step in readme_blocks.shell_steps(block)
     ]
     script = ["exec 2>&1"]

@@ -10,6 +10,8 @@ import pytest
 from pinlater.app import load_config
 from pinlater.common.sections import ConfigError
 from pinlater.ops.queue_settings import QueueConfigWatcher, parse_queue_config, read_server_count
+from pinlater.ops.rate_limiter import QueueRateLimiter
+from pinlater.ops.runtime_settings import RuntimeSettings
 
 
 def parse(text: str):
@@ -147,10 +149,11 @@ def test_claim_timeout_override_falls_back_to_the_global_one(tmp_path):
         tmp_path / "qc.yaml",
         "queues: {slow: {claim_timeout_seconds: 3600}, fast: {max_jobs_per_second: 1}}",
     )
-    watcher = QueueConfigWatcher(qc, None, lambda c, s: None)
-    assert watcher.claim_timeout_for("slow", 600.0) == 3600.0
-    assert watcher.claim_timeout_for("fast", 600.0) == 600.0
-    assert watcher.claim_timeout_for("other", 600.0) == 600.0
+    settings = RuntimeSettings(None, QueueRateLimiter(), default_claim_timeout=600.0)
+    QueueConfigWatcher(qc, None, settings.file_changed)
+    assert settings.claim_timeout_for("slow") == 3600.0
+    assert settings.claim_timeout_for("fast") == 600.0
+    assert settings.claim_timeout_for("other") == 600.0
 
 
 def test_load_config_reports_bad_queue_config_and_server_set_before_binding(tmp_path):

@@ -39,6 +39,24 @@ CREATE TABLE IF NOT EXISTS {table} (
     KEY updated (state, updated_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin ROW_FORMAT=DYNAMIC
 
+-- name: create_settings_database
+-- The shard's own database, <prefix>_<shard>, for the runtime queue settings: queue databases
+-- are <prefix>_<shard>_<queue>, so this name is never taken for a queue (nor listed as one).
+CREATE DATABASE IF NOT EXISTS {db} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+
+-- name: create_settings
+-- The runtime queue settings (queries/common/settings.sql): one row, id 1.
+CREATE TABLE IF NOT EXISTS {table} (
+    id TINYINT NOT NULL,
+    version BIGINT NOT NULL,
+    document LONGBLOB NOT NULL,
+    PRIMARY KEY (id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+
+-- name: seed_settings
+-- Its one row: version 0, nothing stored.
+INSERT IGNORE INTO {table} (id, version, document) VALUES (1, 0, '')
+
 -- name: drop_database
 -- Remove a queue's database with every job of every priority.
 DROP DATABASE IF EXISTS {db}

@@ -22,6 +22,19 @@ CREATE TABLE IF NOT EXISTS deleted_queues (
     deleted_at INTEGER NOT NULL
 )
 
+-- name: create_settings
+-- The runtime queue settings (queries/common/settings.sql); the name does not start with 'q',
+-- so it is never taken for a job table.
+CREATE TABLE IF NOT EXISTS pinlater_settings (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    version INTEGER NOT NULL,
+    document BLOB NOT NULL
+)
+
+-- name: seed_settings
+-- Its one row: version 0, nothing stored.
+INSERT OR IGNORE INTO pinlater_settings (id, version, document) VALUES (1, 0, x'')
+
 -- name: create_job_table
 -- One job table; times are epoch ms, body is a BLOB (byte-identical round trip).
 CREATE TABLE IF NOT EXISTS {table} (

@@ -15,6 +15,7 @@ form of those rules at the shard seam. Each rule is one named check, in a module
     shards          clock offset, ping and close, isolation between shards
     unknown_queues  QueueNotFound from every primitive
     races           concurrent dequeuers, enqueuers, acks against the reclaimer
+    settings        the runtime queue settings document: empty, compare-and-set, bytes
 
 A check that pins a docs/semantics.md row names it (`@check(rule="T-ack-success")`), so a
 row's id leads to its shard-level checks as well as to its conformance tests; checks of rules
@@ -82,6 +83,7 @@ CHECK_MODULES = tuple(
         "shards",
         "unknown_queues",
         "races",
+        "settings",
     )
 )
 
