@@ -10,7 +10,9 @@ dequeue_only flag. Layout and types: `queries/mysql/schema.sql`; transitions:
 Dialect choices (the rest is `sql_base.SQLShard`; these are its hooks):
 - Claims are `SELECT ... ORDER BY <index order> LIMIT n FOR UPDATE SKIP LOCKED` then
   `UPDATE ... WHERE local_id IN (...) AND state = 0` in one transaction, so concurrent dequeuers
-  never wait for each other; servers without SKIP LOCKED get the original `UPDATE ... LIMIT`.
+  never wait for each other; servers without SKIP LOCKED lock with a plain `FOR UPDATE`, so
+  there concurrent dequeuers wait for each other's commit (as the original's `UPDATE ... LIMIT`
+  did). The select reads each body's length, so a claim takes only the jobs that fit a reply.
 - Enqueue is one multi-row INSERT per priority (split only to stay under max_allowed_packet).
   Ids come from `INSERT ... RETURNING local_id` where the server has it (MariaDB >= 10.5). Else
   LAST_INSERT_ID() + row index, which is only right when the insert's ids are consecutive:
@@ -406,8 +408,8 @@ class MySQLShard(SQLShard):
         info = self._pool.known_info() if self._pool is not None else None
         return info is not None and _one_insert(rows, info)
 
-    def _claim_by_update_limit(self, cur: Any) -> bool:
-        return not self._open_pool().info(cur).skip_locked
+    def _claim_lock(self, cur: Any) -> str:
+        return self.dialect.row_lock if self._open_pool().info(cur).skip_locked else "FOR UPDATE"
 
     # ---- queues ----
     def create_queue(self, queue: str) -> None:

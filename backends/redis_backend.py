@@ -34,7 +34,14 @@ from backends import redis_keys as keys
 from backends.redis_scripts import Scripts
 from backends.shared_pools import SharedPools
 from pinlater.storage.acks import AckOutcome, group_acks
-from pinlater.storage.contract import Backend, BodyFilter, Shard, ShardSpec, StorageLimits
+from pinlater.storage.contract import (
+    Backend,
+    BodyFilter,
+    ByteBudget,
+    Shard,
+    ShardSpec,
+    StorageLimits,
+)
 from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
 from pinlater.storage.models import (
     Ack,
@@ -51,7 +58,7 @@ from pinlater.storage.paging import FILTER_PAGE_SIZE, filtered
 from pinlater.storage.specs import field_range, parse_shard_list
 from pinlater.storage.steps import in_steps
 
-_RECORD_WIDTH = 11  # values per record from _lib.lua pl_append_record
+_RECORD_WIDTH = 12  # values per record from _lib.lua pl_append_record
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,11 +291,24 @@ class RedisShard(Shard):
         return [int(i) for i in self._run(self._scripts.enqueue, queue, args)]
 
     def dequeue(
-        self, queue: str, priority: int, limit: int, claim: str | None
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str | None,
+        budget: ByteBudget | None = None,
     ) -> list[DequeuedJob]:
         if claim is None:
             records, _, _ = self._page(
-                queue, priority, JobState.PENDING, "asc", "", "due", max(limit, 0), with_body=True
+                queue,
+                priority,
+                JobState.PENDING,
+                "asc",
+                "",
+                "due",
+                max(limit, 0),
+                with_body=True,
+                budget=budget,
             )
             return [
                 DequeuedJob(
@@ -305,7 +325,7 @@ class RedisShard(Shard):
             self._check_queue(queue)
             return []
         flat = self._run(
-            self._scripts.dequeue, queue, self._dequeue_args(queue, priority, limit, claim)
+            self._scripts.dequeue, queue, self._dequeue_args(queue, priority, limit, claim, budget)
         )
         return _dequeued(flat, priority, claim)
 
@@ -320,22 +340,43 @@ class RedisShard(Shard):
         priority: int,
         limit: int,
         claim: str,
+        budget: ByteBudget | None = None,
     ) -> tuple[int, list[DequeuedJob]]:
         """ack.lua then dequeue.lua sent together on one connection: one round trip. Redis runs
         them in order; each reply is read even when the first is an error."""
         if limit <= 0:
-            return super().ack_and_dequeue(queue, succeeded, failed, priority, limit, claim)
+            return super().ack_and_dequeue(queue, succeeded, failed, priority, limit, claim, budget)
         applied, flat = self._run_all(
             queue,
             [
                 (self._scripts.ack, self._ack_args(queue, succeeded, failed)),
-                (self._scripts.dequeue, self._dequeue_args(queue, priority, limit, claim)),
+                (
+                    self._scripts.dequeue,
+                    self._dequeue_args(queue, priority, limit, claim, budget),
+                ),
             ],
         )
         return int(applied), _dequeued(flat, priority, claim)
 
-    def _dequeue_args(self, queue: str, priority: int, limit: int, claim: str) -> list[Any]:
-        return [queue, self._prefix(queue), self._offset(), priority, limit, claim]
+    def _dequeue_args(
+        self, queue: str, priority: int, limit: int, claim: str, budget: ByteBudget | None
+    ) -> list[Any]:
+        return [
+            queue,
+            self._prefix(queue),
+            self._offset(),
+            priority,
+            limit,
+            claim,
+            *self._budget_args(limit, budget),
+        ]
+
+    def _budget_args(self, limit: int, budget: ByteBudget | None) -> tuple[Any, Any]:
+        """The scripts' budget arguments: none ('') when `limit` jobs at the body cap fit
+        anyway, which spares the per-job HSTRLEN of the common small dequeue."""
+        if budget is None or budget.holds(limit, self.limits.body_cap):
+            return "", 0
+        return budget.max_bytes, budget.per_job
 
     def _ack_args(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> list[Any]:
         """ack.lua's arguments: a few per ack group (pinlater/storage/acks.py), not 7 per ack,
@@ -382,12 +423,22 @@ class RedisShard(Shard):
         return int(self._run(self._scripts.checkpoint, queue, args))
 
     def lookup(
-        self, queue: str, refs: Sequence[tuple[int, int]], include_body: bool
+        self,
+        queue: str,
+        refs: Sequence[tuple[int, int]],
+        include_body: bool,
+        max_body_bytes: int | None = None,
     ) -> list[JobRecord]:
-        args: list[Any] = [queue, self._prefix(queue), "1" if include_body else "0", len(refs)]
+        args: list[Any] = [
+            queue,
+            self._prefix(queue),
+            "1" if include_body else "0",
+            "" if max_body_bytes is None else max_body_bytes,
+            len(refs),
+        ]
         for priority, local_id in refs:
             args += [priority, keys.id19(local_id)]
-        return _records(self._run(self._scripts.lookup, queue, args), include_body)
+        return _records(self._run(self._scripts.lookup, queue, args))
 
     def count(
         self,
@@ -442,7 +493,7 @@ class RedisShard(Shard):
         if body_filter is None:
             return self._scan_pages(queue, state, cursors, window, limit)
         return [
-            replace(record, body=None)
+            replace(record, body=None, body_size=None)
             for priority, cursor in cursors.items()
             for record in self._matching(
                 queue, priority, state, "desc", cursor, window, body_filter, limit
@@ -469,7 +520,7 @@ class RedisShard(Shard):
             if isinstance(page, Exception):
                 with self._errors(queue):
                     raise page
-            out += _records(page[2:], False)
+            out += _records(page[2:])
         return out
 
     def retry_failed(
@@ -567,7 +618,7 @@ class RedisShard(Shard):
 
     # ---- paging for body filters and scans ----
     def _check_queue(self, queue: str) -> None:
-        self._run(self._scripts.lookup, queue, [queue, self._prefix(queue), "0", 0])
+        self._run(self._scripts.lookup, queue, [queue, self._prefix(queue), "0", "", 0])
 
     def _page_args(
         self,
@@ -579,6 +630,7 @@ class RedisShard(Shard):
         window: str,
         size: int,
         with_body: bool,
+        budget_args: tuple[Any, Any] = ("", 0),
     ) -> list[Any]:
         return [
             queue,
@@ -591,6 +643,7 @@ class RedisShard(Shard):
             window,
             size,
             "1" if with_body else "0",
+            *budget_args,
         ]
 
     def _page(
@@ -604,14 +657,23 @@ class RedisShard(Shard):
         size: int,
         *,
         with_body: bool,
+        budget: ByteBudget | None = None,
     ) -> tuple[list[JobRecord], int, str]:
-        """One page.lua call: (records, index members read, cursor for the next page)."""
-        flat = self._run(
-            self._scripts.page,
+        """One page.lua call: (records, index members read, cursor for the next page); with a
+        budget, the records stop before the first job that does not fit it."""
+        args = self._page_args(
             queue,
-            self._page_args(queue, priority, state, direction, cursor, window, size, with_body),
+            priority,
+            state,
+            direction,
+            cursor,
+            window,
+            size,
+            with_body,
+            self._budget_args(size, budget),
         )
-        return _records(flat[2:], with_body), int(flat[0]), flat[1].decode()
+        flat = self._run(self._scripts.page, queue, args)
+        return _records(flat[2:]), int(flat[0]), flat[1].decode()
 
     def _matching(
         self,
@@ -673,10 +735,11 @@ def _match_args(match) -> tuple[str, str]:
     return "0", match.source
 
 
-def _records(flat: Sequence[Any], with_body: bool) -> list[JobRecord]:
+def _records(flat: Sequence[Any]) -> list[JobRecord]:
+    """Records from pl_append_record's values (a body or its length only where asked for)."""
     out = []
     for i in range(0, len(flat), _RECORD_WIDTH):
-        prio, id_, state, aa, ar, cs, ca, ra, ua, cl, body = flat[i : i + _RECORD_WIDTH]
+        prio, id_, state, aa, ar, cs, ca, ra, ua, cl, body, size = flat[i : i + _RECORD_WIDTH]
         out.append(
             JobRecord(
                 priority=int(prio),
@@ -689,7 +752,8 @@ def _records(flat: Sequence[Any], with_body: bool) -> list[JobRecord]:
                 run_after_ms=int(ra),
                 updated_at_ms=int(ua),
                 claim=None if cl is None else _decode_text(cl),
-                body=(body if body is not None else b"") if with_body else None,
+                body=body,
+                body_size=None if size is None else int(size),
             )
         )
     return out

@@ -18,13 +18,19 @@ ordering, ack groups, body-filter paging) and a dialect subclass provides:
 - `_insert_jobs(cur, sql, rows)`: run the batch insert and return the new ids in order, and
   `_one_insert_statement(rows)`: whether that is one statement (so it may use the statement
   clock);
-- `_claim_by_update_limit(cur)`: the claim strategy: False (the default) selects the eligible
-  rows (row-locked where the dialect has a lock clause) and claims them by id; True claims with
-  one `UPDATE ... ORDER BY ... LIMIT` and reads the rows back (MySQL servers without SKIP LOCKED);
+- `_claim_lock(cur)`: the lock clause of the select a claim takes its rows from (default the
+  dialect's `row_lock`; MySQL servers without SKIP LOCKED take a plain `FOR UPDATE`, so
+  concurrent claimers wait for each other instead of skipping);
 - the queue DDL primitives (`create_queue`, `delete_queue`, `queue_names`), `ping`, `close`.
 
 Queries take named parameters (`:now`, `:id` ...) and receive one dict per row; a dialect query
 may ignore parameters it does not need.
+
+Reply budgets (`ByteBudget`, lookup's `max_body_bytes`): the selects return `LENGTH(body)` and
+the body itself only up to an `:inline` size, chosen so that every inline body together fits the
+budget whatever the lengths; the rows that fit are then chosen by length, and the bodies not yet
+read are read for those rows only (`bodies_by_ids`). Small bodies, the common case, cost no
+extra statement; no call reads more than twice its budget of bodies.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from typing import Any
 
 from pinlater.storage.acks import AckGroup, AckOutcome, group_acks
 from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
-from pinlater.storage.contract import DELETE_STEP, BodyFilter, Shard
+from pinlater.storage.contract import DELETE_STEP, BodyFilter, ByteBudget, Shard
 from pinlater.storage.errors import ShardError
 from pinlater.storage.models import (
     Ack,
@@ -66,6 +72,8 @@ _NAME_LINE = re.compile(r"--\s*name:\s*(\w+)\s*$")
 _OVERRIDES_LINE = re.compile(r"--\s*overrides:\s*(\S.*?)\s*$")
 #: id lists are padded to a power of two up to this size (few distinct statement texts)
 MAX_ID_LIST = 1024
+#: `:inline` when no budget bounds a call: every body is read by the first select
+_ALL_INLINE = 2**62
 _NO_ID = -1  # padding id: no job has it
 _TOP = 2**63 - 1  # scan bound meaning "from the top"
 
@@ -192,16 +200,17 @@ class QueryBook:
         name: str,
         ids: int = 0,
         clocked: bool = False,
-        lock: bool = False,
+        lock: bool | str = False,
         **identifiers: tuple[str, ...],
     ) -> str:
         """The ONE place identifiers reach SQL text: `{table}` etc. become quoted, validated
         identifiers; `{ids}` becomes `ids` bound parameters `id_0..`; `{lock}` the dialect's
-        row lock when `lock`. `clocked`: the statement-clock text (see the class docstring)."""
+        row lock when `lock` is True, or `lock` itself when it is a clause. `clocked`: the
+        statement-clock text (see the class docstring)."""
         values = {key: self.dialect.quote(parts) for key, parts in identifiers.items()}
         if ids:
             values["ids"] = ", ".join(self.dialect.param(f"id_{i}") for i in range(ids))
-        values["lock"] = self.dialect.row_lock if lock else ""
+        values["lock"] = self.dialect.row_lock if lock is True else (lock or "")
         return (self.clocked if clocked else self.queries)[name].sql.format(**values)
 
 
@@ -220,8 +229,12 @@ def truncate_status(status: str | None, cap: int) -> str:
     return (status or "")[:cap]
 
 
-def _record(row: Sequence[Any], priority: int) -> JobRecord:
+def _record(row: Sequence[Any], priority: int, body_size: int | None = None) -> JobRecord:
+    """A record from a row of lookup_by_ids / scan_*; `body_size` defaults to the body's."""
     (local_id, state, allowed, remaining, status, created, run_after, updated, claim, body) = row
+    if body is not None:
+        body = bytes(body)
+        body_size = len(body)
     return JobRecord(
         priority=priority,
         local_id=local_id,
@@ -233,7 +246,8 @@ def _record(row: Sequence[Any], priority: int) -> JobRecord:
         run_after_ms=run_after,
         updated_at_ms=updated,
         claim=claim,
-        body=None if body is None else bytes(body),
+        body=body,
+        body_size=body_size,
     )
 
 
@@ -288,10 +302,10 @@ class SQLShard(Shard):
         round trip (then an enqueue of one priority may use the statement clock)."""
         return False
 
-    def _claim_by_update_limit(self, cur: Any) -> bool:
-        """The claim strategy (see the module docstring): True where the storage cannot lock
-        just the rows it selects without waiting for other claimers."""
-        return False
+    def _claim_lock(self, cur: Any) -> str:
+        """The lock clause of the select a claim takes its rows from (see the module
+        docstring)."""
+        return self.dialect.row_lock
 
     # ---- helpers ----
     def _now_params(self, cur: Any, one_statement: bool) -> tuple[dict[str, Any], bool]:
@@ -309,7 +323,7 @@ class SQLShard(Shard):
         table: tuple[str, ...],
         ids: int = 0,
         clocked: bool = False,
-        lock: bool = False,
+        lock: str = "",
     ) -> str:
         return self.queries.render(name, ids=ids, clocked=clocked, lock=lock, table=table)
 
@@ -320,7 +334,7 @@ class SQLShard(Shard):
         table: tuple[str, ...],
         params: Mapping[str, Any],
         clocked: bool = False,
-        lock: bool = False,
+        lock: str = "",
     ):
         cur.execute(self._sql(name, table, clocked=clocked, lock=lock), params)
         return cur
@@ -378,38 +392,49 @@ class SQLShard(Shard):
         return ids
 
     def dequeue(
-        self, queue: str, priority: int, limit: int, claim: str | None
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str | None,
+        budget: ByteBudget | None = None,
     ) -> list[DequeuedJob]:
-        if claim is None:
-            with self._read() as cur:
-                rows = self._eligible(cur, self._job_table(cur, queue, priority), limit, False)
-        else:
-            with self._write() as cur:
-                rows = self._claim(cur, self._job_table(cur, queue, priority), limit, claim)
-        return [new_dequeued_job(priority, r[0], bytes(r[1]), r[2], r[3], claim) for r in rows]
+        with self._read() if claim is None else self._write() as cur:
+            table = self._job_table(cur, queue, priority)
+            lock = "" if claim is None else self._claim_lock(cur)
+            rows = _fitting(self._eligible(cur, table, limit, budget, lock), budget)
+            if claim is not None:
+                self._claim(cur, table, rows, claim)
+            rows = self._with_bodies(cur, table, rows)
+        return [new_dequeued_job(priority, r[0], r[1], r[3], r[4], claim) for r in rows]
 
-    def _eligible(self, cur: Any, table: tuple[str, ...], limit: int, lock: bool) -> list:
-        """dequeue_select: (local_id, body, allowed, remaining, now) of up to `limit` eligible
-        jobs in dequeue order, row-locked for a claim when `lock`."""
+    def _eligible(
+        self, cur: Any, table: tuple[str, ...], limit: int, budget: ByteBudget | None, lock: str
+    ) -> list:
+        """dequeue_select: (local_id, body or None when longer than the inline size, body
+        length, allowed, remaining, now) of up to `limit` eligible jobs in dequeue order, under
+        the lock clause `lock` (a claim's rows)."""
         clock, clocked = self._now_params(cur, True)
-        params = {**clock, "limit": limit}
+        params = {**clock, "limit": limit, "inline": _inline_size(limit, budget)}
         return self._run(cur, "dequeue_select", table, params, clocked, lock).fetchall()
 
-    def _claim(self, cur: Any, table: tuple[str, ...], limit: int, claim: str) -> list:
-        """Claim up to `limit` eligible jobs for `claim`; their rows (as `_eligible`'s, the
-        first four columns) in dequeue order."""
-        if self._claim_by_update_limit(cur):
-            params = {"now": self._tx_now(cur), "limit": limit, "claim": claim}
-            if not self._run(cur, "dequeue_claim_limit", table, params).rowcount:
-                return []
-            return self._run(cur, "dequeue_claimed", table, params).fetchall()
-        rows = self._eligible(cur, table, limit, True)
-        if rows:
-            params = {"now": rows[0][4], "claim": claim}  # the clock the select judged by
-            changed = self._by_ids(cur, "claim_by_ids", table, [r[0] for r in rows], params)[0]
-            if changed != len(rows):  # the rows are ours (locked): cannot happen, never hide it
-                raise ShardError(self.name, f"claimed {changed} of {len(rows)} selected jobs")
-        return rows
+    def _claim(self, cur: Any, table: tuple[str, ...], rows: Sequence, claim: str) -> None:
+        """Claim the selected (locked) `rows` for `claim`."""
+        if not rows:
+            return
+        params = {"now": rows[0][5], "claim": claim}  # the clock the select judged by
+        changed = self._by_ids(cur, "claim_by_ids", table, [r[0] for r in rows], params)[0]
+        if changed != len(rows):  # the rows are ours (locked): cannot happen, never hide it
+            raise ShardError(self.name, f"claimed {changed} of {len(rows)} selected jobs")
+
+    def _with_bodies(self, cur: Any, table: tuple[str, ...], rows: Sequence) -> list:
+        """`rows` (local_id, body or None, ...) with every body: those the first select left
+        out (longer than its inline size) read now, for these rows only."""
+        missing = [row[0] for row in rows if row[1] is None]
+        bodies = dict(self._by_ids(cur, "bodies_by_ids", table, missing, {})[1]) if missing else {}
+        return [
+            (row[0], bytes(bodies[row[0]] if row[1] is None else row[1]), *row[2:]) for row in rows
+        ]
 
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         """One statement per ack group (pinlater/storage/acks.py); the usual request (a worker
@@ -468,22 +493,58 @@ class SQLShard(Shard):
         return applied
 
     def lookup(
-        self, queue: str, refs: Sequence[tuple[int, int]], include_body: bool
+        self,
+        queue: str,
+        refs: Sequence[tuple[int, int]],
+        include_body: bool,
+        max_body_bytes: int | None = None,
     ) -> list[JobRecord]:
+        """One select per priority; bodies longer than the inline size (see the module
+        docstring) are read afterwards, and only when all the bodies fit `max_body_bytes`."""
+        budget = None
+        if include_body and max_body_bytes is not None:
+            budget = ByteBudget(max_body_bytes)
+        params = {"with_body": int(include_body), "inline": _inline_size(len(refs), budget)}
+        with self._read() as cur:
+            tables, rows = self._lookup_rows(cur, queue, refs, params)
+            fits = budget is None or budget.fitting(r[10] for r in rows.values()) == len(rows)
+            if include_body and fits:
+                rows.update(self._lookup_bodies(cur, tables, rows))
+        records = {
+            ref: _record((*row[:9], row[9] if fits else None), ref[0], row[10])
+            for ref, row in rows.items()
+        }
+        return [records[ref] for ref in dict.fromkeys(refs) if ref in records]
+
+    def _lookup_rows(
+        self, cur: Any, queue: str, refs: Sequence[tuple[int, int]], params: Mapping[str, Any]
+    ) -> tuple[dict[int, tuple[str, ...]], dict[tuple[int, int], Sequence]]:
+        """(the job table of each priority asked for, the lookup_by_ids row of each job found
+        keyed by (priority, local_id))."""
         by_priority: dict[int, list[int]] = defaultdict(list)
         for priority, local_id in refs:
             by_priority[priority].append(local_id)
-        records: dict[tuple[int, int], JobRecord] = {}
-        with self._read() as cur:
-            if not refs:
-                self._require_queue(cur, queue)
-            for priority, ids in by_priority.items():
-                table = self._job_table(cur, queue, priority)
-                rows = self._by_ids(
-                    cur, "lookup_by_ids", table, ids, {"with_body": int(include_body)}
-                )[1]
-                records.update(((priority, r[0]), _record(r, priority)) for r in rows)
-        return [records[ref] for ref in dict.fromkeys(refs) if ref in records]
+        if not refs:
+            self._require_queue(cur, queue)
+        tables = {p: self._job_table(cur, queue, p) for p in by_priority}
+        rows: dict[tuple[int, int], Sequence] = {}
+        for priority, ids in by_priority.items():
+            found = self._by_ids(cur, "lookup_by_ids", tables[priority], ids, params)[1]
+            rows.update(((priority, row[0]), row) for row in found)
+        return tables, rows
+
+    def _lookup_bodies(
+        self, cur: Any, tables: Mapping[int, tuple[str, ...]], rows: Mapping[tuple, Sequence]
+    ) -> Iterator[tuple[tuple[int, int], tuple]]:
+        """The lookup rows whose body the select left out, with their body."""
+        missing: dict[int, list[int]] = defaultdict(list)
+        for (priority, local_id), row in rows.items():
+            if row[9] is None:
+                missing[priority].append(local_id)
+        for priority, ids in missing.items():
+            for local_id, body in self._by_ids(cur, "bodies_by_ids", tables[priority], ids, {})[1]:
+                row = rows[(priority, local_id)]
+                yield (priority, local_id), (*row[:9], body, row[10])
 
     def count(
         self,
@@ -726,9 +787,21 @@ class _ScanWindow:
     now: int
 
 
+def _inline_size(jobs: int, budget: ByteBudget | None) -> int:
+    """The longest body a first select reads: one such that `jobs` of them fit the budget."""
+    if budget is None:
+        return _ALL_INLINE
+    return max(budget.max_bytes // max(jobs, 1) - budget.per_job, 0)
+
+
+def _fitting(rows: Sequence, budget: ByteBudget | None) -> Sequence:
+    """The leading rows (body length in column 2) that fit the budget."""
+    return rows if budget is None else rows[: budget.fitting(row[2] for row in rows)]
+
+
 def _body(record: JobRecord) -> bytes:
     return record.body or b""
 
 
 def _without_body(record: JobRecord) -> JobRecord:
-    return dataclasses.replace(record, body=None)
+    return dataclasses.replace(record, body=None, body_size=None)

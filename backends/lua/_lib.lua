@@ -157,10 +157,13 @@ local function pl_delete_job(qprefix, prio, id19, st, ra)
   pl_drop_columns(qprefix, prio, {id19})
 end
 
--- Append one job record (11 entries: prio, id19, s, aa, ar, cs, ca, ra, ua, cl, body) in the
--- order backends/redis_backend.py decodes it; false (nil) for an absent claim or status.
+-- Append one job record (12 entries: prio, id19, s, aa, ar, cs, ca, ra, ua, cl, body, body
+-- length) in the order backends/redis_backend.py decodes it; false (nil) for an absent claim or
+-- status, and for the body and its length unless asked for. `body`: true for the body and its
+-- length, 'size' for the length only (HSTRLEN: the body is not read), false for neither.
 -- Returns whether the job exists.
-local function pl_append_record(out, qprefix, prio, id19, with_body)
+local PL_RECORD_WIDTH = 12
+local function pl_append_record(out, qprefix, prio, id19, body)
   local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
   local s, aa, ar, ca, ra, ua, cl = pl_meta_parse(redis.call('HGET', mkey, id19))
   if not s then return false end
@@ -169,8 +172,25 @@ local function pl_append_record(out, qprefix, prio, id19, with_body)
   out[n + 6] = redis.call('HGET', ckey, id19)
   out[n + 7], out[n + 8], out[n + 9] = ca, ra, ua
   if cl == '' then out[n + 10] = false else out[n + 10] = cl end
-  if with_body then out[n + 11] = redis.call('HGET', bkey, id19) else out[n + 11] = false end
+  out[n + 11], out[n + 12] = false, false
+  if body == 'size' then
+    out[n + 12] = redis.call('HSTRLEN', bkey, id19)
+  elseif body then
+    local value = redis.call('HGET', bkey, id19) or ''
+    out[n + 11], out[n + 12] = value, #value
+  end
   return true
+end
+
+-- How many of the jobs `ids` (in order) fit a reply budget of `max_bytes`, each costing its
+-- body's length plus `per_job` (contract.ByteBudget); lengths by HSTRLEN, bodies unread.
+local function pl_fitting(bkey, ids, max_bytes, per_job)
+  local left = max_bytes
+  for i, id19 in ipairs(ids) do
+    left = left - redis.call('HSTRLEN', bkey, id19) - per_job
+    if left < 0 then return i - 1 end
+  end
+  return #ids
 end
 
 -- Variadic HMGET of `fields` (chunked): values in the same order, false for missing ones.

@@ -13,8 +13,11 @@
 -- ARGV[8] time filter: 'future' (run_after > now), 'due' (<= now) or 'all'
 -- ARGV[9] page size (>= 1)
 -- ARGV[10] '1' to include bodies
+-- ARGV[11] reply budget in bytes ('' or absent = none): records stop before the first job whose
+--          body does not fit (body lengths plus ARGV[12] bytes each, as pl_fitting); the count
+--          and cursor still describe the members read
 -- Reads ra<state> with ZRANGEBYLEX/ZREVRANGEBYLEX and the job hashes. Returns the number of
--- index members read, the last one ('' if none; the next page's cursor), then 11 values per
+-- index members read, the last one ('' if none; the next page's cursor), then 12 values per
 -- job (pl_append_record).
 local registry, queue, qprefix, prio, state = KEYS[1], ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
@@ -45,7 +48,13 @@ else
 end
 local out = {#members, members[#members] or ''}
 local with_body = ARGV[10] == '1'
-for _, member in ipairs(members) do
-  pl_append_record(out, qprefix, prio, pl_member_id(member), with_body)
+local ids = {}
+for i, member in ipairs(members) do ids[i] = pl_member_id(member) end
+local fitting = #ids
+if (ARGV[11] or '') ~= '' then
+  fitting = pl_fitting(pl_job_keys(qprefix, prio), ids, tonumber(ARGV[11]), tonumber(ARGV[12]))
+end
+for i = 1, fitting do
+  pl_append_record(out, qprefix, prio, ids[i], with_body)
 end
 return out

@@ -24,12 +24,16 @@ Rules every implementation follows:
   nothing visible; `finish_deletes` frees what it left.
 - Bodies are bytes, byte-identical on the way back; custom statuses are truncated to
   `status_cap` characters keeping the newest text (acks append, checkpoints prepend).
+- What goes into one reply is bounded before it is read: a dequeue claims only the jobs whose
+  bodies fit its `ByteBudget`, and a lookup returns bodies only when they all fit its
+  `max_body_bytes` (lengths are read first: SQL `LENGTH(body)`, Redis `HSTRLEN`), so no
+  primitive loads bodies it will not hand out.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -75,6 +79,36 @@ class StorageLimits:
     status_cap: int = 5000
 
 
+@dataclass(frozen=True, slots=True)
+class ByteBudget:
+    """Room for jobs in one reply: a job costs its body's length plus `per_job` bytes (what
+    the reply spends on it besides the body), and jobs fit, in the order they are handed out,
+    while their costs add up to at most `max_bytes`. The caller sizes both (the handler knows
+    the wire); storage only adds up lengths."""
+
+    max_bytes: int
+    per_job: int = 0
+
+    def fitting(self, body_lengths: Iterable[int]) -> int:
+        """How many of the jobs, taken in order, fit (0 when even the first does not)."""
+        left, count = self.max_bytes, 0
+        for length in body_lengths:
+            left -= length + self.per_job
+            if left < 0:
+                break
+            count += 1
+        return count
+
+    def spent(self, body_lengths: Iterable[int]) -> ByteBudget:
+        """The budget left after jobs with these body lengths (never below 0)."""
+        used = sum(length + self.per_job for length in body_lengths)
+        return ByteBudget(max(self.max_bytes - used, 0), self.per_job)
+
+    def holds(self, jobs: int, body_bytes: int) -> bool:
+        """Whether `jobs` jobs of `body_bytes` each certainly fit (no lengths needed)."""
+        return jobs * (body_bytes + self.per_job) <= self.max_bytes
+
+
 class Shard(abc.ABC):
     """One storage shard. Thread-safe: the server calls it from many request threads."""
 
@@ -117,11 +151,18 @@ class Shard(abc.ABC):
 
     @abc.abstractmethod
     def dequeue(
-        self, queue: str, priority: int, limit: int, claim: str | None
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str | None,
+        budget: ByteBudget | None = None,
     ) -> list[DequeuedJob]:
         """Claim up to `limit` eligible PENDING jobs (run_after <= now) of one priority, oldest
         run_after first then by id, moving them to IN_PROGRESS with `claim` and updated_at = now.
-        `claim` None is a dry run: return them without changing anything."""
+        `claim` None is a dry run: return them without changing anything.
+        With a `budget`, only the leading jobs that fit it (`ByteBudget.fitting`) are claimed
+        and returned; the rest stay as they were, and bodies of jobs left out are not read."""
 
     @abc.abstractmethod
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
@@ -135,11 +176,13 @@ class Shard(abc.ABC):
         priority: int,
         limit: int,
         claim: str,
+        budget: ByteBudget | None = None,
     ) -> tuple[int, list[DequeuedJob]]:
         """Piggy-backed acks, then a dequeue, as `ack` then `dequeue` (so the acks are applied
         first). A backend may do both in one round trip. If this raises, the acks may or may not
         have been applied (the caller applies them again: a repeated ack is a no-op)."""
-        return self.ack(queue, succeeded, failed), self.dequeue(queue, priority, limit, claim)
+        applied = self.ack(queue, succeeded, failed)
+        return applied, self.dequeue(queue, priority, limit, claim, budget)
 
     @abc.abstractmethod
     def checkpoint(self, queue: str, checkpoints: Sequence[Checkpoint]) -> int:
@@ -147,9 +190,16 @@ class Shard(abc.ABC):
 
     @abc.abstractmethod
     def lookup(
-        self, queue: str, refs: Sequence[tuple[int, int]], include_body: bool
+        self,
+        queue: str,
+        refs: Sequence[tuple[int, int]],
+        include_body: bool,
+        max_body_bytes: int | None = None,
     ) -> list[JobRecord]:
-        """Records for the (priority, local_id) pairs that exist; missing ones are omitted."""
+        """Records for the (priority, local_id) pairs that exist; missing ones are omitted.
+        With `include_body`, each record's `body_size` is set; with `max_body_bytes` too, the
+        bodies are returned only when the found ones add up to at most that many bytes, else
+        none is (and none is read)."""
 
     @abc.abstractmethod
     def count(

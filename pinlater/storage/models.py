@@ -53,7 +53,9 @@ class DequeuedJob:
 
 @dataclass(frozen=True, slots=True)
 class JobRecord:
-    """Everything stored about a job, as lookup and scan report it. `body` only when asked."""
+    """Everything stored about a job, as lookup and scan report it. `body` only when asked;
+    `body_size` (the body's length in bytes) whenever the body was asked for, also when a
+    lookup's byte budget left the body itself out."""
 
     priority: int
     local_id: int
@@ -66,6 +68,7 @@ class JobRecord:
     updated_at_ms: int
     claim: str | None
     body: bytes | None = None
+    body_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from pinlater.errors import (
     ShardFull,
 )
 from pinlater.storage.claims import new_claim
-from pinlater.storage.contract import Backend, BodyFilter, Shard, ShardSpec
+from pinlater.storage.contract import Backend, BodyFilter, ByteBudget, Shard, ShardSpec
 from pinlater.storage.descriptors import MAX_LOCAL_ID, JobDescriptor
 from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
 from pinlater.storage.health import ShardHealth
@@ -50,6 +50,8 @@ T = TypeVar("T")
 CONTINUATION_START = "0"
 CONTINUATION_END = "-1"
 _CONTINUATION = re.compile(r"(\d{1,16}):([A-Za-z0-9]{1,32}):(\d{1,3}):(\d{1,19})", re.ASCII)
+#: the longest continuation `_CONTINUATION` accepts (a reply's size is bounded before it is built)
+MAX_CONTINUATION_CHARS = 16 + 32 + 3 + 19 + 3
 
 
 @dataclass(frozen=True)
@@ -291,10 +293,16 @@ class ShardedBackend:
         dry_run: bool = False,
         coverage: float = 1.0,
         acks: tuple[Sequence[tuple[str, Ack]], Sequence[tuple[str, Ack]]] | None = None,
+        budget: ByteBudget | None = None,
     ) -> list[tuple[JobDescriptor, DequeuedJob]]:
         """Claim up to `limit` jobs: priority 1 on every examined shard first, then 2, ...;
         shards in random order, each asked for all jobs still needed. A shard that fails after
         others already handed out jobs is skipped (those jobs are delivered, not orphaned).
+
+        With a `budget` (one reply's room), every step gets what is left of it, and the
+        dequeue stops once what is left cannot hold a job at the body cap: a step that took
+        fewer jobs than asked for lack of room stopped there, so no job of a later step is
+        handed out ahead of it (a reply that is full is full).
 
         `acks` (succeeded, failed) of this queue are applied before anything is dequeued. When
         they all belong to one examined healthy shard, that shard comes first and takes them
@@ -307,15 +315,15 @@ class ShardedBackend:
         lead = self._piggyback_lead(queue, acks, healthy, claim)  # applies acks that can't ride
         if not healthy:
             raise NoHealthyShards(f"no healthy shard to dequeue from (examined {names})")
-        run = _DequeueRun(self, queue, limit, claim)
+        run = _DequeueRun(self, queue, limit, claim, budget)
         if lead is not None and claim is not None:  # a lead is chosen only for a real claim
             healthy.remove(lead)
             healthy.insert(0, lead)
-            jobs = self._lead_dequeue(queue, lead, acks, limit, claim)
+            jobs = self._lead_dequeue(queue, lead, acks, limit, claim, budget)
             if jobs is not None:
                 run.add(lead, jobs, step=(1, lead))
         for priority in range(1, self.num_priorities + 1):
-            if run.need <= 0:
+            if run.done:
                 break
             run.sweep(priority, healthy)
         return run.result(healthy)
@@ -342,7 +350,7 @@ class ShardedBackend:
         return None
 
     def _lead_dequeue(
-        self, queue: str, name: str, acks, limit: int, claim: str
+        self, queue: str, name: str, acks, limit: int, claim: str, budget: ByteBudget | None
     ) -> list[DequeuedJob] | None:
         """The acks plus priority 1 of shard `name` in one call; None when that failed and the
         acks were applied on their own instead (their error, if any, is raised)."""
@@ -350,7 +358,8 @@ class ShardedBackend:
         failed = [ack for _, ack in acks[1]]
         try:
             return self.call(
-                name, lambda s: s.ack_and_dequeue(queue, succeeded, failed, 1, limit, claim)
+                name,
+                lambda s: s.ack_and_dequeue(queue, succeeded, failed, 1, limit, claim, budget),
             )[1]
         except (QueueNotFound, ShardConnectionFailed):
             self.ack(queue, *acks)  # a repeated ack is a no-op
@@ -379,17 +388,27 @@ class ShardedBackend:
         return sum(applied.values())
 
     def lookup(
-        self, descriptors: Sequence[JobDescriptor], include_body: bool
+        self,
+        descriptors: Sequence[JobDescriptor],
+        include_body: bool,
+        max_body_bytes: int | None = None,
     ) -> dict[JobDescriptor, JobRecord]:
-        """Records of the jobs that exist, keyed by descriptor; one call per (queue, shard)."""
+        """Records of the jobs that exist, keyed by descriptor; one call per (queue, shard).
+        With `max_body_bytes`, one body budget for all the calls: a call whose bodies do not
+        fit what is left returns none (only `body_size`), and every later call gets 0 left."""
         groups: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
         for d in descriptors:
             self.shard(d.shard)
             groups[(d.queue, d.shard)].append((d.priority, d.local_id))
         found: dict[JobDescriptor, JobRecord] = {}
+        left = max_body_bytes
         for (queue, name), refs in groups.items():
-            for record in self.call(name, _lookup_call(queue, refs, include_body)):
+            records = self.call(name, _lookup_call(queue, refs, include_body, left))
+            for record in records:
                 found[JobDescriptor(queue, name, record.priority, record.local_id)] = record
+            if left is not None and include_body:
+                fitted = all(r.body is not None for r in records)
+                left = max(left - sum(len(r.body or b"") for r in records), 0) if fitted else 0
         return found
 
     def count(
@@ -447,8 +466,7 @@ class ShardedBackend:
         result = [(JobDescriptor(queue, name, r.priority, r.local_id), r) for name, r in rows]
         if not more or not rows:
             return result, CONTINUATION_END
-        name, last = rows[-1]
-        return result, f"{last.run_after_ms}:{name}:{last.priority}:{last.local_id}"
+        return result, scan_continuation(*result[-1])
 
     def retry_failed(
         self, queue: str, priority: int, attempts: int, run_after_ms: int | None, limit: int
@@ -483,10 +501,20 @@ class ShardedBackend:
 
 class _DequeueRun:
     """One dequeue's progress over its (priority, shard) steps: the jobs claimed so far, the
-    shards that do not hold the queue and the last storage failure."""
+    reply room left, the shards that do not hold the queue and the last storage failure."""
 
-    def __init__(self, store: ShardedBackend, queue: str, limit: int, claim: str | None):
+    def __init__(
+        self,
+        store: ShardedBackend,
+        queue: str,
+        limit: int,
+        claim: str | None,
+        budget: ByteBudget | None,
+    ):
         self.store, self.queue, self.limit, self.claim = store, queue, limit, claim
+        self.budget = budget
+        #: the room of a job at the body cap (less room left: the reply is full, see dequeue)
+        self.body_cap = store.backend.limits.body_cap
         self.got: list[tuple[JobDescriptor, DequeuedJob]] = []
         self.missing: set[str] = set()
         self.failure: ShardConnectionFailed | None = None
@@ -496,17 +524,25 @@ class _DequeueRun:
     def need(self) -> int:
         return self.limit - len(self.got)
 
+    @property
+    def done(self) -> bool:
+        """The limit is reached, or the reply has no room for a job at the body cap."""
+        budget = self.budget
+        return self.need <= 0 or (budget is not None and not budget.holds(1, self.body_cap))
+
     def add(self, name: str, jobs: Sequence[DequeuedJob], step: tuple[int, str]) -> None:
         self.taken.add(step)
         self.got += [
             (JobDescriptor(self.queue, name, job.priority, job.local_id), job) for job in jobs
         ]
+        if self.budget is not None:
+            self.budget = self.budget.spent(len(job.body) for job in jobs)
 
     def sweep(self, priority: int, names: Sequence[str]) -> None:
         """Ask each shard for the jobs still needed at `priority`. Raises QueueNotFound when no
         shard holds the queue and nothing was claimed."""
         for name in names:
-            if self.need <= 0:
+            if self.done:
                 return
             if name not in self.missing and (priority, name) not in self.taken:
                 self._step(priority, name)
@@ -514,9 +550,9 @@ class _DequeueRun:
             raise QueueNotFound(self.queue)
 
     def _step(self, priority: int, name: str) -> None:
-        queue, need, claim = self.queue, self.need, self.claim
+        queue, need, claim, budget = self.queue, self.need, self.claim, self.budget
         try:
-            jobs = self.store.call(name, lambda s: s.dequeue(queue, priority, need, claim))
+            jobs = self.store.call(name, lambda s: s.dequeue(queue, priority, need, claim, budget))
         except QueueNotFound:
             self.missing.add(name)
             return
@@ -536,6 +572,11 @@ class _DequeueRun:
         ):
             raise failure
         return self.got
+
+
+def scan_continuation(descriptor: JobDescriptor, record: JobRecord) -> str:
+    """The continuation that resumes a scan after this job (of a page in scan order)."""
+    return f"{record.run_after_ms}:{descriptor.shard}:{record.priority}:{record.local_id}"
 
 
 def _parse_continuation(token: str) -> tuple[int, str, int, int] | None:
@@ -568,10 +609,10 @@ def _bound(cursor: tuple[int, str, int, int] | None, shard: str, priority: int) 
 
 
 def _lookup_call(
-    queue: str, refs: list[tuple[int, int]], include_body: bool
+    queue: str, refs: list[tuple[int, int]], include_body: bool, max_body_bytes: int | None
 ) -> Callable[[Shard], list[JobRecord]]:
     """One shard's lookup, its arguments bound now (not by the loop that builds it)."""
-    return lambda shard: shard.lookup(queue, refs, include_body)
+    return lambda shard: shard.lookup(queue, refs, include_body, max_body_bytes)
 
 
 def _with_limit(op: Callable[[Shard, int], int], limit: int) -> Callable[[Shard], int]:

@@ -110,7 +110,7 @@ def test_dequeue_select_walks_the_ready_index_without_filesort(shard, queue):
     enqueue(shard, queue, *[b"x"] * 200)
     table = shard._job_table(None, queue, 1)
     sql = shard._sql("dequeue_select", table)
-    for row in explain(shard, sql, {"now": shard.now_ms(), "limit": 100}):
+    for row in explain(shard, sql, {"now": shard.now_ms(), "limit": 100, "inline": 1024}):
         assert row["key"] == "ready"
         assert "filesort" not in (row["Extra"] or "").lower()
 

@@ -26,17 +26,17 @@ class Spy:
         self.calls.append("ack")
         return self._shard.ack(queue, succeeded, failed)
 
-    def dequeue(self, queue, priority, limit, claim):
+    def dequeue(self, queue, priority, limit, claim, budget=None):
         self.calls.append(f"dequeue{priority}")
-        return self._shard.dequeue(queue, priority, limit, claim)
+        return self._shard.dequeue(queue, priority, limit, claim, budget)
 
-    def ack_and_dequeue(self, queue, succeeded, failed, priority, limit, claim):
+    def ack_and_dequeue(self, queue, succeeded, failed, priority, limit, claim, budget=None):
         self.calls.append(f"ack+dequeue{priority}")
         if self.combined_error is not None:
             raise self.combined_error
         return (
             self._shard.ack(queue, succeeded, failed),
-            self._shard.dequeue(queue, priority, limit, claim),
+            self._shard.dequeue(queue, priority, limit, claim, budget),
         )
 
 

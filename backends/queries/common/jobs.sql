@@ -23,10 +23,19 @@ SET state = 1, claim = :claim, updated_at = :now
 WHERE local_id IN ({ids}) AND +state = 0
 
 -- name: lookup_by_ids
--- Full records of the given jobs; the body only when :with_body is 1.
+-- Full records of the given jobs; when :with_body is 1, the body's length and the body itself
+-- if it is at most :inline bytes long (longer ones are read by bodies_by_ids, if they fit).
 SELECT local_id, state, attempts_allowed, attempts_remaining, custom_status,
        created_at, run_after, updated_at, claim,
-       CASE WHEN :with_body = 1 THEN body END AS body
+       CASE WHEN :with_body = 1 AND LENGTH(body) <= :inline THEN body END AS body,
+       CASE WHEN :with_body = 1 THEN LENGTH(body) END AS body_size
+FROM {table}
+WHERE local_id IN ({ids})
+
+-- name: bodies_by_ids
+-- (local_id, body) of the given jobs: the bodies a dequeue or lookup hands out that its first
+-- select left out for their length.
+SELECT local_id, body
 FROM {table}
 WHERE local_id IN ({ids})
 

@@ -18,32 +18,19 @@
 -- Eligible PENDING jobs, oldest run_after first then by id, and the time they were judged by.
 -- For a claim {lock} is FOR UPDATE SKIP LOCKED: the rows stay locked for the claim_by_ids
 -- that follows in the same transaction, and rows another dequeuer holds are skipped, never
--- waited for; for a dry run it is empty. ORDER BY must be the `ready` index order: ordering
--- by anything else makes InnoDB filesort and lock every candidate, starving concurrent
--- dequeuers. Run with the statement clock (sql_base.py): the `now` column hands the claim the
--- very time eligibility was judged by, so the clock costs no round trip of its own.
-SELECT local_id, body, attempts_allowed, attempts_remaining, :now AS now
+-- waited for (servers without SKIP LOCKED: FOR UPDATE, concurrent dequeuers wait for each
+-- other's commit instead); for a dry run it is empty. ORDER BY must be the `ready` index
+-- order: ordering by anything else makes InnoDB filesort and lock every candidate, starving
+-- concurrent dequeuers. Run with the statement clock (sql_base.py): the `now` column hands
+-- the claim the very time eligibility was judged by, so the clock costs no round trip of its
+-- own. The body only when at most :inline bytes long (its length always).
+SELECT local_id, CASE WHEN LENGTH(body) <= :inline THEN body END AS body, LENGTH(body),
+       attempts_allowed, attempts_remaining, :now AS now
 FROM {table} FORCE INDEX (ready)
 WHERE state = 0 AND run_after <= :now
 ORDER BY state, run_after, local_id
 LIMIT :limit
 {lock}
-
--- name: dequeue_claim_limit
--- Claim for servers without SKIP LOCKED (the original's shape): concurrent dequeuers wait for
--- each other's commit instead of skipping, but stay correct.
-UPDATE {table}
-SET state = 1, claim = :claim, updated_at = :now
-WHERE state = 0 AND run_after <= :now
-ORDER BY state, run_after, local_id
-LIMIT :limit
-
--- name: dequeue_claimed
--- The jobs dequeue_claim_limit just claimed (this call's claim is unique), in dequeue order.
-SELECT local_id, body, attempts_allowed, attempts_remaining
-FROM {table}
-WHERE state = 1 AND updated_at = :now AND claim = :claim
-ORDER BY run_after, local_id
 
 -- name: ack_success
 -- IN_PROGRESS jobs with a matching claim -> SUCCEEDED; append status; the claim stays for

@@ -10,8 +10,10 @@
 -- name: dequeue_select
 -- Eligible PENDING jobs, oldest run_after first then by id, and the time they were judged by
 -- (claimed next by claim_by_ids; a write transaction holds SQLite's database lock, so no row
--- lock is needed).
-SELECT local_id, body, attempts_allowed, attempts_remaining, :now AS now
+-- lock is needed). The body only when at most :inline bytes long (its length always; SQLite
+-- reads a blob's length without its overflow pages).
+SELECT local_id, CASE WHEN LENGTH(body) <= :inline THEN body END AS body, LENGTH(body),
+       attempts_allowed, attempts_remaining, :now AS now
 FROM {table}
 WHERE state = 0 AND run_after <= :now
 ORDER BY run_after, local_id

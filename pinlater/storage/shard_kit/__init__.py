@@ -7,6 +7,7 @@ form of those rules at the shard seam. Each rule is one named check, in a module
     enqueue         ids and the fields a new job starts with
     bodies          body bytes and the size cap, custom statuses and their cap
     dequeue         eligibility, order, claims, dry runs
+    budgets         reply budgets: a dequeue claims what fits, a lookup's bodies all or none
     acks            ack success and failure, fencing, ack_and_dequeue
     checkpoint      fields, claim extension, move_to_pending
     reads           lookup, count, scan, body filters
@@ -75,6 +76,7 @@ CHECK_MODULES = tuple(
         "enqueue",
         "bodies",
         "dequeue",
+        "budgets",
         "acks",
         "checkpoint",
         "reads",
