@@ -34,6 +34,7 @@ from typing import Any
 
 from pinlater import __version__
 from pinlater.app import App, NotDurable, load_config
+from pinlater.common import heap
 from pinlater.common.logs import FORMATS, configure_logging
 from pinlater.common.sections import ConfigError
 from pinlater.config import Config
@@ -214,7 +215,14 @@ def dispatcher(config: Config, handler: Any, rejections: Rejections) -> Dispatch
     per-request cap: a slightly oversized request still reaches the handler, whose
     PinLaterException names the field; anything far larger is cut before decoding."""
     limits = WireLimits(max_items=2 * config.limits.max_jobs_per_request)
-    return Dispatcher(PinLater, handler, wire_limits=limits, on_reject=rejections.from_dispatcher)
+    heap.keep_large_blocks_mapped()  # large replies give their memory back when freed
+    return Dispatcher(
+        PinLater,
+        handler,
+        wire_limits=limits,
+        on_reject=rejections.from_dispatcher,
+        max_reply_bytes=config.server.max_frame_bytes,
+    )
 
 
 def _abandon_start(app: Any, *socks: socket.socket | None) -> int:

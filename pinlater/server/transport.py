@@ -38,6 +38,7 @@ from thriftpy2.protocol.cybin import TCyBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport import TCyBufferedTransport, TCyMemoryBuffer
 
+from pinlater.common import heap
 from pinlater.server.wirecheck import WireError, WireLimits, check_args
 
 log = logging.getLogger("pinlater.transport")
@@ -347,6 +348,10 @@ class Dispatcher:
     Arguments that fail the wire check (pinlater.server.wirecheck, with `wire_limits`) or that
     thriftpy2 cannot decode are answered with PROTOCOL_ERROR naming the field; the frame boundary
     is intact, so the connection stays usable. `on_reject(reason, detail)` is told about each.
+
+    A reply over `max_reply_bytes` (the handler sizes replies to fit a frame, so this is the
+    last line of defence) is replaced by an INTERNAL_ERROR naming the cap; a large reply is
+    followed by `heap.release_free_memory()`.
     """
 
     def __init__(
@@ -356,8 +361,10 @@ class Dispatcher:
         *,
         wire_limits: WireLimits | None = None,
         on_reject: Callable[[str, str], None] | None = None,
+        max_reply_bytes: int | None = None,
     ):
         self._service = service
+        self._max_reply = max_reply_bytes
         self._handler = handler
         #: method name -> (args class, result class, argument names in IDL order), looked up
         #: once instead of per request
@@ -398,7 +405,19 @@ class Dispatcher:
             return name, encode_exception(
                 name, seqid, TApplicationException(TApplicationException.PROTOCOL_ERROR, detail)
             )
-        return name, self._call(name, seqid, args, result_cls(), arg_names)
+        return name, self._bounded(
+            name, seqid, self._call(name, seqid, args, result_cls(), arg_names)
+        )
+
+    def _bounded(self, name: str, seqid: int, reply: bytes) -> bytes:
+        if len(reply) >= heap.TRIM_AFTER_BYTES:
+            heap.release_free_memory()  # what building the reply left in the arenas
+        if self._max_reply is None or len(reply) <= self._max_reply:
+            return reply
+        log.error("the reply of %s (%d bytes) is over max_frame_bytes", name, len(reply))
+        return _internal_error(
+            name, seqid, f"the reply of {name} ({len(reply)} bytes) is over max_frame_bytes"
+        )
 
     def _call(
         self, name: str, seqid: int, args: Any, result: Any, arg_names: tuple[str, ...]
