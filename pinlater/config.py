@@ -22,6 +22,8 @@ from pinlater.common.passwords import parse_password_hash
 from pinlater.common.sections import ConfigError, build_section, coerce, hint
 from pinlater.common.sections import field_range as _range
 from pinlater.common.tls import server_context
+from pinlater.common.wire_size import largest_single_job_reply
+from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
 
 #: the composition root's registry: backend kind -> Backend class (KeyError naming the choices)
@@ -58,7 +60,9 @@ class ServerConfig:
 
     host: str = "127.0.0.1"
     port: int = field(default=9010, metadata=_range(0, 65535))
-    #: largest accepted Thrift frame; checked from the 4-byte header before any allocation
+    #: largest Thrift frame, both ways: a request's length is checked from its 4-byte header
+    #: before any allocation, and every reply is sized to fit (a dequeue hands out fewer jobs,
+    #: a lookup that cannot fit is refused); must hold one job at the body and status caps
     max_frame_bytes: int = field(default=16 * 1024 * 1024, metadata=_range(1024, 1 << 30))
     #: connections open at once; beyond it (with none idle to evict) a new one is closed at once
     max_connections: int = field(default=10_000, metadata=_range(1, 1_000_000))
@@ -393,6 +397,7 @@ def _build_config(
         except ValueError as exc:
             problems.append(f"admin.password_hash: {exc} (make one with `pinlater hash-password`)")
     _check_operating(config, problems)
+    _check_reply_room(config, problems)
     _check_tls(config.server.tls, problems)
     if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         problems.append(f"log_level: {config.log_level!r} is not a log level")
@@ -415,6 +420,26 @@ def _check_operating(config: Config, problems: list[str]) -> None:
             f"admission.max_concurrent_dequeues: {admission.max_concurrent_dequeues} "
             f"must be below server.worker_threads ({workers}) so dequeues cannot "
             "take every worker"
+        )
+
+
+def _check_reply_room(config: Config, problems: list[str]) -> None:
+    """One job at the body and status caps must fit one reply frame (else no dequeue or lookup
+    could ever hand it out)."""
+    limits, frame = config.limits, config.server.max_frame_bytes
+    needed = largest_single_job_reply(
+        limits.body_max_bytes,
+        limits.custom_status_max_chars,
+        limits.max_queue_name_length,
+        config.priorities.levels,
+        CLAIM_SOURCE_OFFSET + limits.max_source_length,
+    )
+    if needed > frame:
+        problems.append(
+            f"server.max_frame_bytes: {frame} cannot hold the reply for one job at "
+            f"limits.body_max_bytes ({limits.body_max_bytes}) with a status at "
+            f"limits.custom_status_max_chars ({limits.custom_status_max_chars}): it needs "
+            f"{needed} bytes; raise max_frame_bytes or lower those limits"
         )
 
 

@@ -16,6 +16,7 @@ from pinlater.handler.boundary import rpc
 from pinlater.handler.context import current_peer
 from pinlater.handler.observer import RequestObserver
 from pinlater.handler.password_guard import PasswordGuard
+from pinlater.handler.reply_room import ReplyRoom
 from pinlater.idl import pinlater_thrift as wire
 from pinlater.storage.descriptors import JobDescriptor, split_local_id, split_prefix
 from pinlater.storage.models import Ack, Checkpoint, ClaimMatch, JobRecord, NewJob, new_ack
@@ -40,6 +41,7 @@ class PinLaterHandler:
             self.limits.max_queue_name_length, backend_cap or self.limits.max_queue_name_length
         )
         self.passwords = _password_guard(config, self.observer)
+        self.room = ReplyRoom(config.server.max_frame_bytes, self.levels)
 
     def close(self) -> None:
         if self.passwords is not None:
@@ -120,6 +122,7 @@ class PinLaterHandler:
                 dry_run=dry_run,
                 coverage=coverage,
                 acks=riding,
+                budget=self.room.dequeue(queue, self.store.shard_names(), source, dry_run),
             )
             if counted is not None:
                 self._count_acks(counted)
@@ -168,8 +171,10 @@ class PinLaterHandler:
         for i, text in enumerate(texts):
             wanted[self._descriptor(text, f"jobDescriptors[{i}]")] = text
         include_body = check.flag(request.includeBody, "includeBody")
-        found = self.store.lookup(list(wanted), include_body)
-        return {wanted[d]: _job_info(wanted[d], record) for d, record in found.items()}
+        found = self.store.lookup(list(wanted), include_body, self.room.lookup_bodies())
+        entries = [(wanted[d], record) for d, record in found.items()]
+        self.room.check_lookup(entries)
+        return {text: _job_info(text, record) for text, record in entries}
 
     @rpc
     def getJobCount(self, context, request):
@@ -204,6 +209,7 @@ class PinLaterHandler:
             limit,
             self._body_filter(request.bodyRegexToMatch),
         )
+        rows, next_token = self.room.scan_page(rows, next_token)
         return wire.PinLaterScanJobsResponse(
             scannedJobs=[_job_info(str(d), record) for d, record in rows], continuation=next_token
         )

@@ -23,6 +23,8 @@ class LoopbackTransport:
         self._processor = processor
         self._request = bytearray()
         self._reply = io.BytesIO()
+        #: size of the last reply message (a framed transport would send it as one frame)
+        self.last_reply_bytes = 0
 
     def is_open(self) -> bool:
         return True
@@ -41,9 +43,15 @@ class LoopbackTransport:
         self._request.clear()
         self._processor.process(TBinaryProtocol(request), TBinaryProtocol(reply))
         self._reply = io.BytesIO(reply.getvalue())
+        self.last_reply_bytes = len(self._reply.getbuffer())
 
     def close(self) -> None:
         pass
+
+
+def last_reply_bytes(client: TClient) -> int:
+    """Size of the reply to the last call of a `loopback_client`."""
+    return client._iprot.trans.last_reply_bytes
 
 
 def loopback_client(handler) -> TClient:

@@ -16,6 +16,8 @@ def fuzz_server(tmp_path_factory):
     config = {
         "janitor": {"enabled": False},
         "server": {"frame_read_timeout_seconds": FRAME_DEADLINE, "max_frame_bytes": MAX_FRAME},
+        # a reply must hold one job at the body cap (config.py refuses a smaller frame)
+        "limits": {"body_max_bytes": MAX_FRAME // 2},
         "metrics": {"port": free_port()},
     }
     with ServerProcess(config, tmp_path_factory.mktemp("fuzz")) as server:
