@@ -368,15 +368,14 @@ class RedisShard(Shard):
             priority,
             limit,
             claim,
-            *self._budget_args(limit, budget),
+            *self._budget_args(budget),
+            self.limits.body_cap,
         ]
 
-    def _budget_args(self, limit: int, budget: ByteBudget | None) -> tuple[Any, Any]:
-        """The scripts' budget arguments: none ('') when `limit` jobs at the body cap fit
-        anyway, which spares the per-job HSTRLEN of the common small dequeue."""
-        if budget is None or budget.holds(limit, self.limits.body_cap):
-            return "", 0
-        return budget.max_bytes, budget.per_job
+    @staticmethod
+    def _budget_args(budget: ByteBudget | None) -> tuple[Any, Any]:
+        """The scripts' budget arguments ('' for none)."""
+        return ("", 0) if budget is None else (budget.max_bytes, budget.per_job)
 
     def _ack_args(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> list[Any]:
         """ack.lua's arguments: a few per ack group (pinlater/storage/acks.py), not 7 per ack,
@@ -670,7 +669,7 @@ class RedisShard(Shard):
             window,
             size,
             with_body,
-            self._budget_args(size, budget),
+            self._budget_args(budget),
         )
         flat = self._run(self._scripts.page, queue, args)
         return _records(flat[2:]), int(flat[0]), flat[1].decode()

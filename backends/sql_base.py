@@ -406,7 +406,7 @@ class SQLShard(Shard):
             if claim is not None:
                 self._claim(cur, table, rows, claim)
             rows = self._with_bodies(cur, table, rows)
-        return [new_dequeued_job(priority, r[0], r[1], r[3], r[4], claim) for r in rows]
+        return [new_dequeued_job(priority, r[0], bytes(r[1]), r[3], r[4], claim) for r in rows]
 
     def _eligible(
         self, cur: Any, table: tuple[str, ...], limit: int, budget: ByteBudget | None, lock: str
@@ -427,14 +427,14 @@ class SQLShard(Shard):
         if changed != len(rows):  # the rows are ours (locked): cannot happen, never hide it
             raise ShardError(self.name, f"claimed {changed} of {len(rows)} selected jobs")
 
-    def _with_bodies(self, cur: Any, table: tuple[str, ...], rows: Sequence) -> list:
+    def _with_bodies(self, cur: Any, table: tuple[str, ...], rows: Sequence) -> Sequence:
         """`rows` (local_id, body or None, ...) with every body: those the first select left
         out (longer than its inline size) read now, for these rows only."""
         missing = [row[0] for row in rows if row[1] is None]
-        bodies = dict(self._by_ids(cur, "bodies_by_ids", table, missing, {})[1]) if missing else {}
-        return [
-            (row[0], bytes(bodies[row[0]] if row[1] is None else row[1]), *row[2:]) for row in rows
-        ]
+        if not missing:
+            return rows
+        bodies = dict(self._by_ids(cur, "bodies_by_ids", table, missing, {})[1])
+        return [(row[0], bodies.get(row[0], row[1]), *row[2:]) for row in rows]
 
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         """One statement per ack group (pinlater/storage/acks.py); the usual request (a worker
@@ -507,7 +507,7 @@ class SQLShard(Shard):
         params = {"with_body": int(include_body), "inline": _inline_size(len(refs), budget)}
         with self._read() as cur:
             tables, rows = self._lookup_rows(cur, queue, refs, params)
-            fits = budget is None or budget.fitting(r[10] for r in rows.values()) == len(rows)
+            fits = budget is None or budget.fitting([r[10] for r in rows.values()]) == len(rows)
             if include_body and fits:
                 rows.update(self._lookup_bodies(cur, tables, rows))
         records = {
@@ -796,7 +796,7 @@ def _inline_size(jobs: int, budget: ByteBudget | None) -> int:
 
 def _fitting(rows: Sequence, budget: ByteBudget | None) -> Sequence:
     """The leading rows (body length in column 2) that fit the budget."""
-    return rows if budget is None else rows[: budget.fitting(row[2] for row in rows)]
+    return rows if budget is None else rows[: budget.fitting([row[2] for row in rows])]
 
 
 def _body(record: JobRecord) -> bytes:

@@ -193,6 +193,31 @@ local function pl_fitting(bkey, ids, max_bytes, per_job)
   return #ids
 end
 
+-- The bodies of the leading jobs `ids` that fit a reply budget (as pl_fitting), read in chunks
+-- of as many jobs as fit the budget left even at the body cap `body_cap` (one HMGET per chunk,
+-- no length read), and, once not one more such job would fit, one HSTRLEN before each HGET.
+-- A body over the cap (stored before the cap was lowered) is caught when read: the result
+-- never passes the budget.
+local function pl_fitting_bodies(bkey, ids, max_bytes, per_job, body_cap)
+  local bodies, left, i = {}, max_bytes, 1
+  while i <= #ids do
+    local k = math.min(math.floor(left / (body_cap + per_job)), PL_CHUNK)
+    if k < 1 then
+      if redis.call('HSTRLEN', bkey, ids[i]) + per_job > left then return bodies end
+      k = 1
+    end
+    local chunk = redis.call('HMGET', bkey, unpack(ids, i, math.min(i + k - 1, #ids)))
+    for j = 1, #chunk do
+      local body = chunk[j] or ''
+      left = left - #body - per_job
+      if left < 0 then return bodies end
+      bodies[#bodies + 1] = body
+    end
+    i = i + #chunk
+  end
+  return bodies
+end
+
 -- Variadic HMGET of `fields` (chunked): values in the same order, false for missing ones.
 local function pl_hmget(key, fields)
   local out = {}

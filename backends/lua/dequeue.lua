@@ -11,9 +11,10 @@
 -- ARGV[7] reply budget in bytes ('' = none): claim only the leading jobs whose body lengths,
 --         plus ARGV[8] bytes each, add up to at most this (contract.ByteBudget)
 -- ARGV[8] bytes a job costs besides its body
--- Reads ra0 (lex range up to now), the body lengths when there is a budget (HSTRLEN), and the
--- :b/:m columns of the claimed ids (one HMGET each); writes ra0 -> ra1 (same member), ua1
--- score now, meta {s=1, ua=now, cl} (one HSET).
+-- ARGV[9] the body cap (with a budget: how many bodies one HMGET may read, pl_fitting_bodies)
+-- Reads ra0 (lex range up to now) and the :b/:m columns of the claimed ids (HMGET; with a
+-- budget, bodies in chunks that fit it); writes ra0 -> ra1 (same member), ua1 score now, meta
+-- {s=1, ua=now, cl} (one HSET).
 -- Returns 4 values per job: id19, body, attempts allowed, attempts remaining.
 -- (Dry runs use page.lua, which writes nothing.)
 local registry, queue, qprefix, prio = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
@@ -31,12 +32,16 @@ local ra_args, ua_args = {}, {}
 local ids = {}
 for i, member in ipairs(members) do ids[i] = pl_member_id(member) end
 local bkey, mkey = pl_job_keys(qprefix, prio)
-if ARGV[7] ~= '' then
-  for i = #ids, pl_fitting(bkey, ids, tonumber(ARGV[7]), tonumber(ARGV[8])) + 1, -1 do
+local bodies
+if ARGV[7] == '' then
+  bodies = pl_hmget(bkey, ids)
+else
+  bodies = pl_fitting_bodies(bkey, ids, tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]))
+  for i = #ids, #bodies + 1, -1 do
     ids[i], members[i] = nil, nil
   end
 end
-local bodies, metas = pl_hmget(bkey, ids), pl_hmget(mkey, ids)
+local metas = pl_hmget(mkey, ids)
 local claim = ARGV[6]
 local out, claimed, new_meta = {}, {}, {}
 for i, id19 in ipairs(ids) do

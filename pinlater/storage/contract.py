@@ -26,14 +26,15 @@ Rules every implementation follows:
   `status_cap` characters keeping the newest text (acks append, checkpoints prepend).
 - What goes into one reply is bounded before it is read: a dequeue claims only the jobs whose
   bodies fit its `ByteBudget`, and a lookup returns bodies only when they all fit its
-  `max_body_bytes` (lengths are read first: SQL `LENGTH(body)`, Redis `HSTRLEN`), so no
-  primitive loads bodies it will not hand out.
+  `max_body_bytes`. Lengths come before bodies (SQL `LENGTH(body)`, Redis `HSTRLEN`, or reads
+  in chunks that fit even at the body cap), so a call reads at most about twice its budget of
+  bodies, whatever `limit` is.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -89,8 +90,10 @@ class ByteBudget:
     max_bytes: int
     per_job: int = 0
 
-    def fitting(self, body_lengths: Iterable[int]) -> int:
+    def fitting(self, body_lengths: Sequence[int]) -> int:
         """How many of the jobs, taken in order, fit (0 when even the first does not)."""
+        if sum(body_lengths) + self.per_job * len(body_lengths) <= self.max_bytes:
+            return len(body_lengths)  # the usual case, without a step per job
         left, count = self.max_bytes, 0
         for length in body_lengths:
             left -= length + self.per_job
@@ -99,9 +102,9 @@ class ByteBudget:
             count += 1
         return count
 
-    def spent(self, body_lengths: Iterable[int]) -> ByteBudget:
-        """The budget left after jobs with these body lengths (never below 0)."""
-        used = sum(length + self.per_job for length in body_lengths)
+    def spent(self, jobs: int, body_bytes: int) -> ByteBudget:
+        """The budget left after `jobs` jobs with `body_bytes` of bodies (never below 0)."""
+        used = body_bytes + self.per_job * jobs
         return ByteBudget(max(self.max_bytes - used, 0), self.per_job)
 
     def holds(self, jobs: int, body_bytes: int) -> bool:

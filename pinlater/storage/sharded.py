@@ -536,7 +536,7 @@ class _DequeueRun:
             (JobDescriptor(self.queue, name, job.priority, job.local_id), job) for job in jobs
         ]
         if self.budget is not None:
-            self.budget = self.budget.spent(len(job.body) for job in jobs)
+            self.budget = self.budget.spent(len(jobs), sum([len(job.body) for job in jobs]))
 
     def sweep(self, priority: int, names: Sequence[str]) -> None:
         """Ask each shard for the jobs still needed at `priority`. Raises QueueNotFound when no

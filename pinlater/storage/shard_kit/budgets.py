@@ -4,7 +4,7 @@ rest stay PENDING, untouched), and a lookup returns bodies only when they all fi
 from __future__ import annotations
 
 from pinlater.storage.claims import new_claim
-from pinlater.storage.contract import ByteBudget
+from pinlater.storage.contract import ByteBudget, StorageLimits
 from pinlater.storage.models import Ack
 from pinlater.storage.shard_kit.kit import (
     IN_PROGRESS,
@@ -104,3 +104,17 @@ def lookup_returns_bodies_only_when_they_all_fit(kit: Kit) -> None:
     assert [r.body_size for r in unbounded] == [100, 200, 0]
     bodiless = kit.shard.lookup(QUEUE, refs, False, 0)
     assert [(r.body, r.body_size) for r in bodiless] == [(None, None)] * 3
+
+
+@check(rule="D-reply-fits")
+def the_budget_holds_when_bodies_exceed_a_lowered_body_cap(kit: Kit) -> None:
+    """A handle whose body cap is below what is stored (the cap was lowered) may read bodies in
+    chunks sized by that cap (Redis), but never hands out more than the budget."""
+    small_cap = kit.open(limits=StorageLimits(num_priorities=3, status_cap=20, body_cap=100))
+    bodies = [b"a" * 90, b"b" * 80, b"c" * 5000, b"d" * 10, b"e" * 100, b"f" * 70]
+    ids = kit.enqueue(*bodies)
+    budget = _budget(90, 80, 4999)  # room for a, b and most of c
+    got = small_cap.dequeue(QUEUE, 1, 6, new_claim(SOURCE), budget)
+    assert [(j.local_id, j.body) for j in got] == list(zip(ids[:2], bodies[:2], strict=True))
+    rest = small_cap.dequeue(QUEUE, 1, 6, new_claim(SOURCE), ByteBudget(10**6, PER_JOB))
+    assert [j.body for j in rest] == bodies[2:]
