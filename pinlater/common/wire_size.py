@@ -94,6 +94,12 @@ def scan_reply_fixed(continuation: str) -> int:
     return _message("scanJobs") + _FIELD + _LIST + _FIELD + _LEN + len(continuation) + _STOP
 
 
+def enqueue_reply_bound(jobs: int, queue: str, max_shard_name: int, levels: int) -> int:
+    """The largest enqueueJobs reply for `jobs` jobs on `queue` (the longest descriptors)."""
+    descriptor = max_descriptor_bytes(len(queue), max_shard_name, levels)
+    return _message("enqueueJobs") + _FIELD + _LIST + jobs * (_LEN + descriptor) + _STOP
+
+
 def largest_single_job_reply(
     body_max_bytes: int,
     status_max_chars: int,

@@ -82,6 +82,7 @@ class PinLaterHandler:
         jobs = self._list(request.jobs, "jobs", EnqueueRejected)
         if not jobs:
             raise EnqueueRejected("jobs: must hold at least one job")
+        self.room.check_enqueue(queue, self.store.shard_names(), len(jobs))
         new_jobs = [
             self._plain_new_job(job) or self._new_job(job, f"jobs[{i}]")
             for i, job in enumerate(jobs)

@@ -8,7 +8,10 @@ times over. So each reply that carries bodies or statuses is sized before it is 
 - a lookup reads bodies only when they all fit, and a lookup that cannot fit answers an error
   naming the cap and the bytes it would need (it has no continuation to hand out the rest);
 - a scan page (no bodies, but statuses of up to `limits.custom_status_max_chars`) is cut where
-  the frame is full, with a continuation that resumes after its last job.
+  the frame is full, with a continuation that resumes after its last job;
+- an enqueue whose descriptors could not fit one reply is rejected before anything is stored
+  (else its jobs would be stored and the reply lost; only a config with a small frame and a
+  large `limits.max_jobs_per_request` allows such a request).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pinlater.common import wire_size
-from pinlater.errors import InvalidRequest
+from pinlater.errors import EnqueueRejected, InvalidRequest
 from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
 from pinlater.storage.contract import ByteBudget
 from pinlater.storage.descriptors import JobDescriptor
@@ -41,6 +44,17 @@ class ReplyRoom:
             self.max_frame_bytes, queue, longest_shard, self.levels, claim
         )
         return ByteBudget(room.jobs_bytes, room.per_job)
+
+    def check_enqueue(self, queue: str, shard_names: Sequence[str], jobs: int) -> None:
+        """Raise EnqueueRejected when the descriptors of `jobs` new jobs could not fit."""
+        longest_shard = max(map(len, shard_names), default=wire_size.MAX_SHARD_NAME)
+        size = wire_size.enqueue_reply_bound(jobs, queue, longest_shard, self.levels)
+        if size > self.max_frame_bytes:
+            raise EnqueueRejected(
+                f"jobs: the descriptors of {jobs} jobs could take {size} bytes, over the "
+                f"server.max_frame_bytes ({self.max_frame_bytes}) of one reply; send fewer "
+                "jobs per request"
+            )
 
     def lookup_bodies(self) -> int:
         """The most body bytes a lookup reads: more could not fit its reply in any case."""

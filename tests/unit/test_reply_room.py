@@ -7,7 +7,7 @@ import pytest
 
 from pinlater.app import load_config
 from pinlater.common.sections import ConfigError
-from pinlater.errors import InvalidRequest
+from pinlater.errors import EnqueueRejected, InvalidRequest
 from pinlater.handler.reply_room import ReplyRoom
 from pinlater.idl import PinLater
 from pinlater.idl import pinlater_thrift as t
@@ -91,3 +91,12 @@ def test_the_dispatcher_answers_an_internal_error_for_a_reply_over_the_cap():
     assert "over max_frame_bytes" in body.message
     unbounded = Dispatcher(PinLater, BigReplies())
     assert len(unbounded.dispatch(request)[1]) > 64 * 1024
+
+
+def test_an_enqueue_whose_descriptors_could_not_fit_a_reply_is_rejected_before_storing():
+    room = ReplyRoom(64 * 1024, 3)
+    room.check_enqueue("emails", ["1", "2"], 1000)  # 1,000 x ~40 bytes
+    with pytest.raises(EnqueueRejected) as refused:
+        room.check_enqueue("emails", ["1", "2"], 2000)
+    assert "server.max_frame_bytes (65536)" in refused.value.message
+    assert "2000 jobs" in refused.value.message

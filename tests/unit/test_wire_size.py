@@ -101,3 +101,9 @@ def test_the_largest_single_job_reply_bounds_a_lookup_at_every_cap():
     reply = {text: job_info(text, "\U0001f600" * status_cap, claim, b"x" * body_cap)}
     bound = wire_size.largest_single_job_reply(body_cap, status_cap, 100, 100, 225)
     assert encoded("lookupJobs", reply) <= bound < encoded("lookupJobs", reply) + 1000
+
+
+def test_the_enqueue_reply_bound_is_exact_for_the_longest_descriptors():
+    text = descriptor("q" * 30, "s" * 5, 3, 2**63 - 1)
+    response = t.PinLaterEnqueueResponse(jobDescriptors=[text] * 250)
+    assert encoded("enqueueJobs", response) == wire_size.enqueue_reply_bound(250, "q" * 30, 5, 3)
