@@ -349,3 +349,15 @@ def decode_reply(payload: bytes, result_cls: Any = None) -> tuple[str, int, int,
     else:
         body = buf.read(len(payload))
     return name, msg_type, seqid, body
+
+
+def call_measured(server: ServerProcess, method: str, timeout: float = 60.0, **args: Any):
+    """Call `method` (keyword arguments of its `*_args`) on a fresh plain socket: (the reply
+    frame's payload size, the decoded `*_result`, or the TApplicationException answered)."""
+    from pinlater.idl import PinLater
+
+    call_args = getattr(PinLater, f"{method}_args")(**args)
+    with server.raw(timeout) as raw:
+        payload = raw.call(encode_call(method, call_args))
+    _, _, _, body = decode_reply(payload, getattr(PinLater, f"{method}_result"))
+    return len(payload), body
