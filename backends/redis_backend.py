@@ -190,14 +190,17 @@ class RedisShard(Shard):
         self, queue: str | None, calls: list[tuple[redis.commands.core.Script, list]]
     ) -> list:
         """Run the scripts in order, sent together (one round trip), and return their replies.
-        A script Redis does not know (restart, SCRIPT FLUSH) is loaded and run again on its own;
-        the first error reply is raised after every reply was read."""
+        When Redis does not know a script (first use, restart, SCRIPT FLUSH), EVERY script is
+        loaded, then the unknown ones run again in order: a batch (piggy-backed acks, then a
+        dequeue) can then never find one script loaded and the next not, which would run the
+        dequeue before the acks. The first error reply is raised after every reply was read."""
         with self._errors(queue):
             replies = self._evalsha_all([(script.sha, args) for script, args in calls])
+            if any(isinstance(reply, redis.exceptions.NoScriptError) for reply in replies):
+                self._scripts.load_all(self._client)
             for i, reply in enumerate(replies):
                 if isinstance(reply, redis.exceptions.NoScriptError):
                     script, args = calls[i]
-                    script.sha = self._client.script_load(script.script)
                     replies[i] = self._evalsha_all([(script.sha, args)])[0]
             for reply in replies:
                 if isinstance(reply, Exception):

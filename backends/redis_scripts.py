@@ -65,6 +65,15 @@ class Scripts:
         for name in SCRIPT_NAMES:
             setattr(self, name, client.register_script(script_source(name)))
 
+    def load_all(self, client: redis.Redis) -> None:
+        """SCRIPT LOAD every script (one round trip): Redis knows all of them or, after a
+        restart or SCRIPT FLUSH, none (see RedisShard._run_all)."""
+        pipe = client.pipeline(transaction=False)
+        for name in SCRIPT_NAMES:
+            pipe.script_load(getattr(self, name).script)
+        for name, sha in zip(SCRIPT_NAMES, pipe.execute(), strict=True):
+            getattr(self, name).sha = sha
+
 
 #: every operation's script name, in declaration order
 SCRIPT_NAMES = tuple(Scripts.__annotations__)

@@ -17,6 +17,7 @@ import pytest
 
 from backends import redis_keys
 from backends.redis_backend import RedisBackend, RedisShardSpec
+from backends.redis_scripts import SCRIPT_NAMES
 from pinlater.app import load_config
 from pinlater.common.sections import ConfigError
 from pinlater.storage.claims import new_claim
@@ -240,6 +241,25 @@ def test_ack_and_dequeue_applies_the_acks_first_in_one_round_trip(shard, server)
     assert record(shard, bad.local_id).attempts_remaining == 2
     assert shard.count("q", JobState.IN_PROGRESS, [1], False, 10, None) == 2
     assert {a, b} == {ok.local_id, bad.local_id}
+
+
+def test_the_first_unknown_script_loads_every_script(shard, server):
+    """After a restart or SCRIPT FLUSH the first NOSCRIPT loads them all: a later batch of acks
+    then a dequeue can never find the dequeue script loaded and the ack script not (which
+    would run the dequeue before the acks)."""
+    enqueue(shard, b"a", b"b", b"c", attempts_allowed=3)
+    held = dequeue(shard, 2)
+    ok, bad = (Ack(1, j.local_id, ClaimMatch(SOURCE, j.claim)) for j in held)
+    with server.client() as client:
+        client.script_flush()
+    assert dequeue(shard, 5, priority=2) == []  # one dequeue call after the flush, no ack
+    scripts = shard._scripts
+    with server.client() as client:
+        shas = [getattr(scripts, name).sha for name in SCRIPT_NAMES]
+        assert all(client.script_exists(*shas))
+    applied, jobs = shard.ack_and_dequeue("q", [ok], [bad], 1, 5, new_claim(SOURCE))
+    assert applied == 2
+    assert bad.local_id in {j.local_id for j in jobs}  # the acks ran first
 
 
 def test_shards_on_one_connection_share_a_pool_until_the_last_closes(backend, server):
