@@ -5,6 +5,7 @@ form of those rules at the shard seam. Each rule is one named check, in a module
 
     queues          create, delete, case, priority levels
     enqueue         ids and the fields a new job starts with
+    unique          keyed enqueue: held keys, windows, repeats, purge_keys, concurrent callers
     bodies          body bytes and the size cap, custom statuses and their cap
     dequeue         eligibility, order, claims, dry runs
     acks            ack success and failure, fencing, ack_and_dequeue
@@ -73,6 +74,7 @@ CHECK_MODULES = tuple(
     for module in (
         "queues",
         "enqueue",
+        "unique",
         "bodies",
         "dequeue",
         "acks",
