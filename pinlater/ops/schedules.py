@@ -58,6 +58,8 @@ ON_TIME_SECONDS = 10.0
 #: the most slots of one schedule one pass enqueues (policy `all`)
 MAX_SLOTS_PER_PASS = 1000
 MISSED_POLICIES = ("skip", "latest", "all")
+#: a schedule that keeps failing (its queue does not exist) is logged at most this often
+WARN_EVERY_SECONDS = 60.0
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}", re.ASCII)
 
 
@@ -185,6 +187,8 @@ class ScheduleRunner:
         self._on_counts = on_counts
         #: (queue, schedule) -> the time up to which this server has evaluated it
         self._done: dict[tuple[str, Schedule], float] = {}
+        #: (queue, schedule name) -> when its last failure was logged
+        self._warned: dict[tuple[str, str], float] = {}
 
     def run_once(self, now: float) -> ScheduleCounts:
         total = ScheduleCounts()
@@ -216,13 +220,18 @@ class ScheduleRunner:
                 )
             except PinLaterError as exc:
                 counts.failed += len(slots)
-                log.warning(
-                    "schedule %s of queue %s: %d slot(s) not enqueued, tried again next pass: %s",
-                    schedule.name,
-                    queue,
-                    len(slots),
-                    exc,
-                )
+                if now - self._warned.get((queue, schedule.name), -WARN_EVERY_SECONDS) >= (
+                    WARN_EVERY_SECONDS
+                ):  # a missing queue fails every second: say so once a minute
+                    self._warned[(queue, schedule.name)] = now
+                    log.warning(
+                        "schedule %s of queue %s: %d slot(s) not enqueued, tried again next "
+                        "pass: %s",
+                        schedule.name,
+                        queue,
+                        len(slots),
+                        exc,
+                    )
                 return
             counts.deduplicated += outcome.deduplicated
             counts.enqueued += len(slots) - outcome.deduplicated
