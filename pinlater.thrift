@@ -48,6 +48,10 @@ struct PinLaterJob {
   3: optional i64 runAfterTimestampMillis,
   4: optional i32 numAttemptsAllowed = 2,
   5: optional string customStatus = "",
+  // extension: printable ASCII, at most limits.max_unique_key_length characters. Within the
+  // queue, an enqueue whose key is held (enqueued in the last unique_window_seconds) stores
+  // nothing and answers the holding job's descriptor (docs/semantics.md, rows U-...).
+  100: optional string uniqueKey,
 }
 
 struct PinLaterEnqueueRequest {
@@ -166,6 +170,25 @@ struct PinLaterDeleteJobsRequest {
   5: optional i32 limit = 1000,
 }
 
+// extension: periodic jobs (docs/semantics.md P-next-runs). A new method, read-only: a client
+// generated from the original IDL never calls it.
+struct PinLaterGetSchedulesRequest {
+  1: optional string queueName,
+  2: optional i32 count = 5,
+}
+
+struct PinLaterScheduleInfo {
+  1: required string queueName,
+  2: required string name,
+  3: required string cron,
+  4: required string timezone,
+  5: required string missedPolicy,
+  6: required i32 catchUpSeconds,
+  7: required byte priority,
+  8: required i32 numAttemptsAllowed,
+  9: required list<i64> nextRunTimestampsMillis,
+}
+
 service PinLater {
   void createQueue(1: RequestContext context, 2: string name)
       throws (1: PinLaterException e),
@@ -191,5 +214,9 @@ service PinLater {
   i32 retryFailedJobs(1: RequestContext context, 2: PinLaterRetryFailedJobsRequest request)
       throws (1: PinLaterException e),
   i32 deleteJobs(1: RequestContext context, 2: PinLaterDeleteJobsRequest request)
+      throws (1: PinLaterException e),
+  // extension: the schedules this server runs, with their next run times
+  list<PinLaterScheduleInfo> getSchedules(1: RequestContext context,
+                                          2: PinLaterGetSchedulesRequest request)
       throws (1: PinLaterException e),
 }

@@ -4,7 +4,8 @@ Shard map (YAML `backend.shards`, one entry per MySQL instance): name, host, por
 password, database_prefix (default "plq"), dequeue_only, pool_size, timeouts and
 `databases_per_queue` (default 1). An instance named "1" with databases_per_queue 3 serves the
 logical shards "1", "1d1", "1d2" (the original's naming), which share the instance's pool and
-dequeue_only flag. Layout and types: `queries/mysql/schema.sql`; transitions:
+dequeue_only flag. Layout and types: `queries/mysql/schema.sql` (unique keys:
+`queries/mysql/keys.sql`, a table `unique_keys` per queue database); transitions:
 `queries/mysql/transitions.sql`; pools, session settings and error mapping: `mysql_pool.py`.
 
 Dialect choices (the rest is `sql_base.SQLShard`; these are its hooks):
@@ -54,6 +55,8 @@ from pinlater.storage.specs import ConfigError, field_range, parse_shard_list
 MYSQL = SQLDialect(
     name="mysql", param_format="%({})s", quote_char="`", row_lock="FOR UPDATE SKIP LOCKED"
 )
+#: each queue database's unique-key table (queries/mysql/keys.sql)
+KEY_TABLE = "unique_keys"
 #: MySQL identifiers (database names) are at most 64 characters
 MAX_IDENTIFIER = 64
 #: bytes an INSERT statement may use beyond its rows' escaped values
@@ -243,6 +246,11 @@ class MySQLShard(SQLShard):
     def _require_queue(self, cur: Any, queue: str) -> None:
         self._run(cur, "queue_probe", self._job_table(cur, queue, 1), {}).fetchall()
 
+    def _key_table(self, cur: Any, queue: str) -> tuple[str, ...]:
+        # as _job_table: a missing queue (or a queue created before unique keys, which the
+        # missing-tables repair then gives this table) surfaces as 1146 on first use
+        return (self.database(queue), KEY_TABLE)
+
     # ---- connections and transactions ----
     def _open_pool(self) -> InstancePool:
         pool = self._pool
@@ -418,11 +426,11 @@ class MySQLShard(SQLShard):
 
     def _job_tables_ddl(self, db: str) -> list[str]:
         """CREATE TABLE IF NOT EXISTS of every configured priority, jobs_p1 (the queue's
-        existence) first."""
+        existence) first, then the unique-key table."""
         return [
             self.queries.render("create_job_table", table=(db, f"jobs_p{p}"))
             for p in range(1, self.limits.num_priorities + 1)
-        ]
+        ] + [self.queries.render("create_key_table", table=(db, KEY_TABLE))]
 
     def delete_queue(self, queue: str) -> None:
         """Move the queue's tables into the trash database in one RENAME (from then on the

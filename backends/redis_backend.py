@@ -47,6 +47,7 @@ from pinlater.storage.models import (
     Ack,
     Checkpoint,
     DequeuedJob,
+    Enqueued,
     JobRecord,
     JobState,
     NewJob,
@@ -292,6 +293,32 @@ class RedisShard(Shard):
                 job.body,
             ]
         return [int(i) for i in self._run(self._scripts.enqueue, queue, args)]
+
+    def enqueue_keyed(
+        self, queue: str, jobs: Sequence[NewJob], unique_window_ms: int
+    ) -> list[Enqueued]:
+        args: list[Any] = [
+            queue,
+            self._prefix(queue),
+            self._offset(),
+            int(unique_window_ms),
+            len(jobs),
+        ]
+        cap = self.limits.status_cap
+        for job in jobs:
+            args += [
+                job.priority,
+                "" if job.run_after_ms is None else int(job.run_after_ms),
+                job.attempts_allowed,
+                _encode_text(job.custom_status[:cap]),
+                job.body,
+                job.unique_key or "",
+            ]
+        flat = self._run(self._scripts.enqueue_keyed, queue, args)
+        return [
+            Enqueued(int(flat[i]), int(flat[i + 1]), flat[i + 2] == b"1")
+            for i in range(0, len(flat), 3)
+        ]
 
     def dequeue(
         self,
@@ -602,6 +629,10 @@ class RedisShard(Shard):
         return in_steps(
             limit, lambda size: int(self._run(self._scripts.purge, queue, [*args, size]))
         )
+
+    def purge_keys(self, queue: str, limit: int) -> int:
+        args = [queue, self._prefix(queue), self._offset(), max(int(limit), 0)]
+        return int(self._run(self._scripts.purge_keys, queue, args))
 
     # ---- health ----
     def ping(self) -> None:

@@ -25,6 +25,11 @@ key starts with the shard name):
                                                updated_at ms, member id19): claim expiry
                                                (IN_PROGRESS), purge TTL (SUCCEEDED/FAILED),
                                                retryFailedJobs oldest-first (FAILED)
+    pl:<shard>:q:<queue>:uk             HASH   unique key -> 'prio|id|expires_at' of the job
+                                               holding it (the key is validated printable
+                                               ASCII, and a hash field, never part of a key)
+    pl:<shard>:q:<queue>:ux             ZSET   unique key, score expires_at ms: the janitor's
+                                               purge of expired keys
 
 Jobs are fields of per-priority column hashes rather than a hash each, so enqueue, dequeue and
 ack read and write a whole batch with one variadic HMGET/HSET per column (a Lua redis.call costs

@@ -48,6 +48,7 @@ class Scripts:
     create_queue: Script
     delete_queue: Script
     enqueue: Script
+    enqueue_keyed: Script
     dequeue: Script
     ack: Script
     checkpoint: Script
@@ -60,6 +61,7 @@ class Scripts:
     purge: Script
     settings_read: Script
     settings_write: Script
+    purge_keys: Script
 
     def __init__(self, client: redis.Redis):
         for name in SCRIPT_NAMES:

@@ -55,6 +55,7 @@ from pinlater.storage.models import (
     Checkpoint,
     ClaimMatch,
     DequeuedJob,
+    Enqueued,
     JobRecord,
     JobState,
     NewJob,
@@ -64,6 +65,7 @@ from pinlater.storage.models import (
 )
 from pinlater.storage.paging import filtered
 from pinlater.storage.steps import in_steps
+from pinlater.storage.unique_keys import first_of_key, keyed_results
 
 QUERY_DIR = Path(__file__).parent / "queries"
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_]+", re.ASCII)
@@ -214,13 +216,14 @@ class QueryBook:
         return (self.clocked if clocked else self.queries)[name].sql.format(**values)
 
 
-def id_chunks(ids: Sequence[int]) -> Iterator[dict[str, int]]:
-    """Bind parameters for `{ids}` in chunks of at most MAX_ID_LIST, padded to a power of two
-    (so a handful of statement texts serve every list length)."""
+def id_chunks(ids: Sequence[Any], pad: Any = _NO_ID) -> Iterator[dict[str, Any]]:
+    """Bind parameters for `{ids}` in chunks of at most MAX_ID_LIST, padded with `pad` (a
+    value no row has, of the column's type) to a power of two (so a handful of statement texts
+    serve every list length)."""
     for start in range(0, len(ids), MAX_ID_LIST):
         chunk = list(ids[start : start + MAX_ID_LIST])
         size = 1 << (len(chunk) - 1).bit_length()
-        chunk += [_NO_ID] * (size - len(chunk))
+        chunk += [pad] * (size - len(chunk))
         yield {f"id_{i}": local_id for i, local_id in enumerate(chunk)}
 
 
@@ -282,6 +285,11 @@ class SQLShard(Shard):
     def _require_queue(self, cur: Any, queue: str) -> None:
         """Raise QueueNotFound for a call that has nothing to do on a missing queue."""
         self._job_table(cur, queue, 1)
+
+    @abc.abstractmethod
+    def _key_table(self, cur: Any, queue: str) -> tuple[str, ...]:
+        """Identifier parts of the queue's unique-key table; raise QueueNotFound (here or from
+        the first statement on it) for a missing queue."""
 
     def _tx_now(self, cur: Any) -> int:
         """The shard clock for this transaction (override where the storage owns the clock)."""
@@ -362,11 +370,75 @@ class SQLShard(Shard):
     # ---- jobs ----
     def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[int]:
         """One insert per priority; a batch that is one statement reads the clock inside it."""
+        rows = self._job_rows(jobs)
+        one = not jobs or (len(rows) == 1 and self._one_insert_statement(rows[jobs[0].priority]))
+        with self._write() as cur:
+            clock, clocked = self._now_params(cur, one)
+            if not jobs:
+                self._require_queue(cur, queue)
+            return self._insert_rows(cur, queue, jobs, rows, clock, clocked)
+
+    def enqueue_keyed(
+        self, queue: str, jobs: Sequence[NewJob], unique_window_ms: int
+    ) -> list[Enqueued]:
+        """key_claim for the batch's keys (sorted: one lock order), key_holders to learn which
+        were held, the jobs to store inserted as by `enqueue`, key_bind for the keys taken; one
+        transaction, every statement on one clock reading."""
+        firsts = first_of_key(jobs)
+        with self._write() as cur:
+            now = self._tx_now(cur)
+            table = self._key_table(cur, queue)
+            claims = {
+                job.unique_key: {
+                    "ukey": job.unique_key,
+                    "priority": job.priority,
+                    "local_id": None,
+                    "now": now,
+                    "expires": now + unique_window_ms,
+                }
+                for i, job in enumerate(jobs)
+                if job.unique_key is not None and firsts[i] == i
+            }
+            keys = sorted(claims)
+            if keys:
+                sql = self.queries.render("key_claim", table=table)
+                cur.executemany(sql, [claims[key] for key in keys])
+            held = self._key_holders(cur, table, keys)
+            stored = [
+                i for i, job in enumerate(jobs) if firsts[i] == i and job.unique_key not in held
+            ]
+            batch = [jobs[i] for i in stored]
+            ids = self._insert_rows(cur, queue, batch, self._job_rows(batch), {"now": now}, False)
+            where = dict(zip(stored, ids, strict=True))
+            binds = [
+                {**claims[key], "local_id": where[i]}
+                for i in stored
+                if (key := jobs[i].unique_key) is not None
+            ]
+            if binds:
+                cur.executemany(self.queries.render("key_bind", table=table), binds)
+        return keyed_results(jobs, firsts, held, where)
+
+    def _key_holders(
+        self, cur: Any, table: tuple[str, ...], keys: Sequence[str]
+    ) -> dict[str, tuple[int, int]]:
+        """key -> (priority, local_id) of the keys held by a job stored before this transaction
+        (a record this transaction claimed has no local id yet)."""
+        held: dict[str, tuple[int, int]] = {}
+        for params in id_chunks(keys, pad=""):
+            sql = self.queries.render("key_holders", ids=len(params), table=table)
+            cur.execute(sql, params)
+            for ukey, priority, local_id in cur.fetchall():
+                if local_id is not None:
+                    key = ukey if isinstance(ukey, str) else bytes(ukey).decode("ascii")
+                    held[key] = (int(priority), int(local_id))
+        return held
+
+    def _job_rows(self, jobs: Sequence[NewJob]) -> dict[int, list[dict[str, Any]]]:
+        """enqueue_insert's parameter rows per priority, in the jobs' order."""
         cap = self.limits.status_cap
         rows: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        indexes: dict[int, list[int]] = defaultdict(list)
-        for index, job in enumerate(jobs):
-            indexes[job.priority].append(index)
+        for job in jobs:
             rows[job.priority].append(
                 {
                     "attempts": job.attempts_allowed,
@@ -375,20 +447,31 @@ class SQLShard(Shard):
                     "body": bytes(job.body),
                 }
             )
-        one = not jobs or (len(rows) == 1 and self._one_insert_statement(rows[jobs[0].priority]))
+        return rows
+
+    def _insert_rows(
+        self,
+        cur: Any,
+        queue: str,
+        jobs: Sequence[NewJob],
+        rows: dict[int, list[dict[str, Any]]],
+        clock: dict[str, Any],
+        clocked: bool,
+    ) -> list[int]:
+        """Insert `rows` (from `_job_rows(jobs)`), one statement per priority; the new ids in
+        the jobs' order."""
         ids: list[int] = [0] * len(jobs)
-        with self._write() as cur:
-            clock, clocked = self._now_params(cur, one)
-            if not jobs:
-                self._require_queue(cur, queue)
-            for priority, batch in rows.items():
-                table = self._job_table(cur, queue, priority)
-                for row in batch:
-                    row.update(clock)
-                sql = self._sql("enqueue_insert", table, clocked=clocked)
-                new_ids = self._insert_jobs(cur, sql, batch)
-                for index, local_id in zip(indexes[priority], new_ids, strict=True):
-                    ids[index] = local_id
+        indexes: dict[int, list[int]] = defaultdict(list)
+        for index, job in enumerate(jobs):
+            indexes[job.priority].append(index)
+        for priority, batch in rows.items():
+            table = self._job_table(cur, queue, priority)
+            for row in batch:
+                row.update(clock)
+            sql = self._sql("enqueue_insert", table, clocked=clocked)
+            new_ids = self._insert_jobs(cur, sql, batch)
+            for index, local_id in zip(indexes[priority], new_ids, strict=True):
+                ids[index] = local_id
         return ids
 
     def dequeue(
@@ -766,6 +849,12 @@ class SQLShard(Shard):
             params = {"expected": expected_version, "document": document}
             changed = self._run(cur, "settings_update", self.settings_table, params).rowcount
         return expected_version + 1 if changed == 1 else None
+
+    def purge_keys(self, queue: str, limit: int) -> int:
+        with self._write() as cur:
+            table = self._key_table(cur, queue)
+            params = {"now": self._tx_now(cur), "limit": limit}
+            return max(self._run(cur, "key_purge", table, params).rowcount, 0)
 
 
 def _by_priority(items: Sequence[Any]) -> dict[int, list[Any]]:

@@ -1,7 +1,8 @@
 """The embedded SQLite backend: zero setup, one database file per shard.
 
 Layout (queries in `queries/sqlite/schema.sql`): a `queues` registry (name -> queue_id, the name
-compared byte-wise) and one job table `q<queue_id>_p<priority>` per queue and priority. Table
+compared byte-wise), one job table `q<queue_id>_p<priority>` per queue and priority and one
+unique-key table `q<queue_id>_keys` per queue (`queries/sqlite/keys.sql`). Table
 names use the numeric id because SQLite identifiers are case-insensitive while queue names are
 not ("Foo" and "foo" are two queues); AUTOINCREMENT means neither queue ids nor local ids are
 ever reused, so a stale id can never address a newer queue's jobs.
@@ -299,6 +300,9 @@ class SQLiteShard(SQLShard):
     def _job_table(self, cur: Any, queue: str, priority: int) -> tuple[str, ...]:
         return (f"q{self._queue_id(cur, queue)}_p{int(priority)}",)
 
+    def _key_table(self, cur: Any, queue: str) -> tuple[str, ...]:
+        return (_key_table_name(self._queue_id(cur, queue)),)
+
     def _queue_id(self, cur: sqlite3.Cursor, queue: str) -> int:
         row = cur.execute(self.queries.render("queue_id"), {"name": queue}).fetchone()
         if row is None:
@@ -319,6 +323,11 @@ class SQLiteShard(SQLShard):
             self._create_tables(cur, self._queue_id(cur, queue))
 
     def _create_tables(self, cur: sqlite3.Cursor, queue_id: int) -> None:
+        keys = _key_table_name(queue_id)
+        cur.execute(self.queries.render("create_key_table", table=(keys,)))
+        cur.execute(
+            self.queries.render("create_key_expiry_index", table=(keys,), index=(f"{keys}_exp",))
+        )
         for priority in range(1, self.limits.num_priorities + 1):
             table = f"q{queue_id}_p{priority}"
             cur.execute(self.queries.render("create_job_table", table=(table,)))
@@ -390,7 +399,7 @@ class SQLiteShard(SQLShard):
             cur.execute(self.queries.render("deleted_forget"), {"queue_id": queue_id})
 
     def _tables_of(self, cur: sqlite3.Cursor, queue_id: int) -> list[str]:
-        own = re.compile(rf"q{queue_id}_p[0-9]+", re.ASCII)
+        own = re.compile(rf"q{queue_id}_p[0-9]+|{_key_table_name(queue_id)}", re.ASCII)
         return [
             name
             for (name,) in cur.execute(self.queries.render("job_tables"))
@@ -437,6 +446,11 @@ class SQLiteShard(SQLShard):
         for conn in idle:
             conn.close()
         self._writer.close()
+
+
+def _key_table_name(queue_id: int) -> str:
+    """The unique-key table of a queue (queries/sqlite/keys.sql)."""
+    return f"q{queue_id}_keys"
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

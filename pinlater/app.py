@@ -17,6 +17,7 @@ from pinlater.config import Config
 from pinlater.handler.handler import PinLaterHandler
 from pinlater.handler.observer import RequestObserver
 from pinlater.idl import PinLater
+from pinlater.ops import schedules as schedule_ops
 from pinlater.ops.admin_actions import AdminActions
 from pinlater.ops.admin_reads import AdminContext, AdminReads
 from pinlater.ops.depth import DepthCollector
@@ -102,6 +103,9 @@ class App:
                 RequestLog(config.request_log.max_warnings_per_peer_per_minute),
                 self.rates if self.admin_enabled else None,
             ),
+            # late-bound: a re-read queue config replaces `config`
+            unique_window_for=lambda q: self.queue_config.config.unique_window_seconds(q),  # noqa: PLW0108
+            schedules=self.schedules.views,
         )
         self.janitor = Janitor(
             self.store,
@@ -141,6 +145,14 @@ class App:
             on_refused=lambda kind: self.metrics.admission_refused.labels(kind).inc(),
         )
         self.depth = DepthCollector(self.store, self.metrics, cap=config.metrics.depth_count_cap)
+        self.schedules = schedule_ops.ScheduleRunner(
+            self.store,
+            # late-bound: a re-read queue config replaces `config`
+            lambda: self.queue_config.config.schedule_list(),  # noqa: PLW0108
+            on_counts=lambda queue, c: self.metrics.schedule_queue(
+                queue, c.enqueued, c.deduplicated, c.failed
+            ),
+        )
         self._server_stats = self.admission.stats
         self.metrics.registry.register(
             # late-bound: attach_server replaces _server_stats after the gauges exist
@@ -172,11 +184,11 @@ class App:
         )
 
     def start_background(self, metrics_socket: socket.socket | None = None) -> None:
-        """Start the background duties (janitor, shard maintenance, queue-config watcher, queue
-        depth), each a `Periodic`, and the metrics endpoint (on `metrics_socket` when the caller
-        bound it already, as pinlater-server does); log durability warnings. Raises NotDurable
-        (before starting anything) when `backend.require_durable` is set and any shard reported
-        a warning."""
+        """Start the background duties (janitor, shard maintenance, queue-config watcher,
+        schedules, queue depth), each a `Periodic`, and the metrics endpoint (on
+        `metrics_socket` when the caller bound it already, as pinlater-server does); log
+        durability warnings. Raises NotDurable (before starting anything) when
+        `backend.require_durable` is set and any shard reported a warning."""
         problems = []
         for name in self.store.shard_names():
             for warning in self.store.shard(name).durability_warnings():
@@ -195,6 +207,12 @@ class App:
         )
         if self.config.queue_config or self.config.server_set_file:
             self._every("queue-config-watcher", CHECK_INTERVAL_SECONDS, self.queue_config.check)
+        if self.config.queue_config:  # schedules live there (and may appear when it changes)
+            self._every(
+                "schedules",
+                schedule_ops.INTERVAL_SECONDS,
+                lambda: self.schedules.run_once(time.time()),
+            )
         if self.config.metrics.port:
             self._start_http(metrics_socket)
         for thread in self._threads:

@@ -108,6 +108,9 @@ class LimitsConfig:
     count_cap: int = field(default=1_000_000, metadata=_range(1, 2**31 - 1))
     max_attempts: int = field(default=1000, metadata=_range(1, 2**31 - 1))
     max_queue_name_length: int = field(default=100, metadata=_range(1, 1000))
+    #: PinLaterJob.uniqueKey, printable ASCII; 1024 is what the MySQL key column holds (the
+    #: keys of periodic jobs, `cron:<name>:<time>`, need up to 90)
+    max_unique_key_length: int = field(default=256, metadata=_range(90, 1024))
     max_source_length: int = field(default=200, metadata=_range(1, 200))
     #: body regexes (bodyRegexToMatch of getJobCount, scanJobs, deleteJobs); see
     #: pinlater/handler/body_filter.py. Longest pattern, in characters:

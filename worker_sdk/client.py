@@ -13,10 +13,11 @@ Behaviour worth knowing (the reasons are in the module docstrings of pool.py and
 * A connection is discarded after any transport error or timeout, never reused.
 * Retries (`retries` extra attempts, exponential backoff with jitter): a failure to connect is
   always retried (nothing was sent); a failure after sending is retried only for idempotent
-  calls, i.e. everything except enqueue, which retries only with `retry_enqueue=True` (a retried
-  enqueue can store its jobs twice). Server errors are raised as their typed
-  `pinlater.errors` class and not retried, except NO_HEALTHY_SHARDS and SHARD_CONNECTION_FAILED
-  for idempotent calls.
+  calls, i.e. everything except enqueue, and enqueues whose jobs all carry a `unique_key` (the
+  server stores one job per key and answers a repeat with the same descriptor); other
+  enqueues retry only with `retry_enqueue=True` (a retried enqueue can store its jobs twice).
+  Server errors are raised as their typed `pinlater.errors` class and not retried, except
+  NO_HEALTHY_SHARDS and SHARD_CONNECTION_FAILED for idempotent calls.
 * Every call sends RequestContext(source, requestId): one fresh requestId per method call
   (this client's random 16-hex prefix plus a call counter: unique without a random draw per
   call), kept across its retries so server logs can tie the attempts together (the server
@@ -63,6 +64,7 @@ from worker_sdk.models import (
     Job,
     JobInfo,
     JobState,
+    ScheduleInfo,
     ack_request,
     dequeued_jobs,
     job_to_wire,
@@ -123,12 +125,20 @@ class PinLaterClient:
     def enqueue(
         self, queue: str, jobs: Iterable[Job | bytes], *, retry: bool | None = None
     ) -> list[str]:
-        """Store jobs; returns their descriptors in order. All or nothing on the server side.
+        """Store jobs; returns their descriptors in order. All or nothing on the server side
+        (per shard when unique keys of several shards are involved: docs/semantics.md).
 
-        `retry` (default: the client's `retry_enqueue`) allows retrying after a transport
-        failure that happened after sending, at the risk of storing the jobs twice."""
-        request = wire.PinLaterEnqueueRequest(queueName=queue, jobs=[job_to_wire(j) for j in jobs])
-        idempotent = self.retry_enqueue if retry is None else retry
+        `retry` allows retrying after a transport failure that happened after sending. The
+        default: yes when every job has a `unique_key` (a repeat stores nothing new and answers
+        the same descriptors), else the client's `retry_enqueue` (at the risk of storing the
+        jobs twice)."""
+        wire_jobs = [job_to_wire(j) for j in jobs]
+        request = wire.PinLaterEnqueueRequest(queueName=queue, jobs=wire_jobs)
+        if retry is None:
+            keyed = bool(wire_jobs) and all(j.uniqueKey is not None for j in wire_jobs)
+            idempotent = keyed or self.retry_enqueue
+        else:
+            idempotent = retry
         return list(self._call("enqueueJobs", request, idempotent=idempotent).jobDescriptors)
 
     def dequeue(
@@ -278,6 +288,12 @@ class PinLaterClient:
         if body_regex is not None:
             request.bodyRegexToMatch = body_regex
         return self._call("deleteJobs", request)
+
+    def schedules(self, queue: str | None = None, *, count: int = 5) -> list[ScheduleInfo]:
+        """The periodic jobs the server runs (of `queue`, if given), each with its next
+        `count` run times, as the server computes them."""
+        request = wire.PinLaterGetSchedulesRequest(queueName=queue, count=count)
+        return [ScheduleInfo.from_wire(info) for info in self._call("getSchedules", request)]
 
     # ---- queues ----
 

@@ -41,13 +41,17 @@ class JobState(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A job to enqueue. None fields take the server's defaults (priority 1, attempts 2, now)."""
+    """A job to enqueue. None fields take the server's defaults (priority 1, attempts 2, now).
+    `unique_key` (printable ASCII): within the queue's unique window the server stores one job
+    per key and answers a repeated enqueue with that job's descriptor, so enqueues of keyed
+    jobs are safe to retry (the client does)."""
 
     body: bytes
     priority: int | None = None
     run_after_ms: int | None = None
     attempts: int | None = None
     custom_status: str | None = None
+    unique_key: str | None = None
 
     def to_wire(self) -> Any:
         if not isinstance(self.body, (bytes, bytearray, memoryview)):
@@ -61,6 +65,8 @@ class Job:
             job.numAttemptsAllowed = self.attempts
         if self.custom_status is not None:
             job.customStatus = self.custom_status
+        if self.unique_key is not None:
+            job.uniqueKey = self.unique_key
         return job
 
 
@@ -239,3 +245,32 @@ def dequeued_jobs(response: Any) -> list[DequeuedJob]:
                 )
             )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A schedule a server runs (getSchedules) and its next run times (epoch ms)."""
+
+    queue: str
+    name: str
+    cron: str
+    timezone: str
+    missed: str
+    catch_up_seconds: int
+    priority: int
+    attempts: int
+    next_runs_ms: tuple[int, ...]
+
+    @classmethod
+    def from_wire(cls, info: Any) -> ScheduleInfo:
+        return cls(
+            queue=info.queueName,
+            name=info.name,
+            cron=info.cron,
+            timezone=info.timezone,
+            missed=info.missedPolicy,
+            catch_up_seconds=info.catchUpSeconds,
+            priority=info.priority,
+            attempts=info.numAttemptsAllowed,
+            next_runs_ms=tuple(info.nextRunTimestampsMillis or ()),
+        )

@@ -287,3 +287,62 @@ local function pl_apply_moves(moves)
   for _, key in ipairs(moves.order.rem) do pl_chunked('ZREM', key, moves.rem[key]) end
   for _, key in ipairs(moves.order.add) do pl_chunked('ZADD', key, moves.add[key]) end
 end
+
+-- Store new PENDING jobs, read from ARGV at the given base indexes (5 values from each base:
+-- priority, run_after ms ('' = now), attempts allowed, custom status (already truncated),
+-- body), as enqueue.lua documents. Ids are taken per priority with one INCRBY (the batch is
+-- atomic, so they are exactly the ids one INCR per job would give) and the columns and index
+-- entries written with chunked variadic calls. Returns the ids (numbers) in `bases` order, or
+-- nil and an error reply (before writing anything) when an id would pass 2^53.
+local function pl_store_jobs(qprefix, now, bases)
+  local per_prio = {}
+  for _, base in ipairs(bases) do
+    local prio = ARGV[base]
+    per_prio[prio] = (per_prio[prio] or 0) + 1
+  end
+  local next_id = {}
+  for prio, count in pairs(per_prio) do
+    local cur = tonumber(redis.call('GET', pl_prio_prefix(qprefix, prio) .. ':seq') or '0')
+    if cur + count > PL_MAX_ID then
+      return nil, redis.error_reply('PLIDRANGE local ids of priority ' .. prio .. ' exhausted')
+    end
+    next_id[prio] = cur + 1
+  end
+  for prio, count in pairs(per_prio) do
+    redis.call('INCRBY', pl_prio_prefix(qprefix, prio) .. ':seq', count)
+  end
+  local ids = {}
+  local now_text = pl_int(now)
+  local moves = pl_index_moves(qprefix)
+  local columns = {}  -- prio -> {order = {id19...}, b = {}, m = {}, c_order = {}, c = {}}
+  for _, base in ipairs(bases) do
+    local prio = ARGV[base]
+    local ra = now
+    if ARGV[base + 1] ~= '' then ra = pl_clamp_ra(tonumber(ARGV[base + 1])) end
+    local id = next_id[prio]
+    next_id[prio] = id + 1
+    local id19 = string.format('%019d', id)
+    local col = columns[prio]
+    if not col then
+      col = {order = {}, b = {}, m = {}, c_order = {}, c = {}}
+      columns[prio] = col
+    end
+    col.order[#col.order + 1] = id19
+    col.b[id19] = ARGV[base + 4]
+    col.m[id19] = pl_meta('0', ARGV[base + 2], ARGV[base + 2], now_text, pl_int(ra), now_text, '')
+    if ARGV[base + 3] ~= '' then
+      col.c_order[#col.c_order + 1] = id19
+      col.c[id19] = ARGV[base + 3]
+    end
+    pl_move_index(moves, prio, '0', pl_member(ra, id19), id19, now)
+    ids[#ids + 1] = id
+  end
+  for prio, col in pairs(columns) do
+    local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
+    pl_hset_fields(bkey, col.order, col.b)
+    pl_hset_fields(mkey, col.order, col.m)
+    pl_hset_fields(ckey, col.c_order, col.c)
+  end
+  pl_apply_moves(moves)
+  return ids
+end

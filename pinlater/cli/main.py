@@ -2,9 +2,9 @@
 
 Subcommands are named after the original PinLaterClientTool modes (create, delete, enqueue,
 dequeue, check_dequeue, lookup, get_queue_names, get_job_count, scan, retry_failed,
-delete_jobs, checkpoint) plus `hash-password`, `stats`, and `pause`/`resume` (through the
-server's admin API, pinlater.cli.admin_client); the options are in pinlater.cli.parser, the
-commands here.
+delete_jobs, checkpoint) plus `hash-password`, `stats`, `schedules`, and `pause`/`resume`
+(through the server's admin API, pinlater.cli.admin_client); the options are in
+pinlater.cli.parser, the commands here.
 
 Exit codes: 0 success, 1 the server reported an error (its ErrorCode name is printed),
 2 usage or input error, 3 the server could not be reached or the connection failed.
@@ -141,20 +141,29 @@ def _bodies(args) -> list[bytes]:
     return bodies
 
 
-def _job(args, body: bytes) -> Job:
+def _job(args, body: bytes, unique_key: str | None = None) -> Job:
     return Job(
         body,
         priority=args.priority,
         run_after_ms=args.run_after,
         attempts=args.attempts,
         custom_status=args.status,
+        unique_key=unique_key,
     )
 
 
 def cmd_enqueue(args, out, err):
+    keys = args.unique_keys
     if args.num_queries is not None:
+        if keys:
+            raise UsageError("--unique-key does not go with load mode (--num_queries)")
         return _load(args, out, err, "enqueue")
-    jobs = [_job(args, body) for body in _bodies(args) for _ in range(args.count)]
+    bodies = [body for body in _bodies(args) for _ in range(args.count)]
+    if keys and len(keys) != len(bodies):
+        raise UsageError(
+            f"--unique-key given {len(keys)} time(s) for {len(bodies)} job(s): give one per job"
+        )
+    jobs = [_job(args, body, keys[i] if keys else None) for i, body in enumerate(bodies)]
     with make_client(args) as client:
         descriptors = client.enqueue(args.queue, jobs)
     _emit(args, out, {"enqueued": descriptors}, "\n".join(descriptors))
@@ -355,6 +364,41 @@ def _http_context(args):
         raise UsageError(f"cannot load TLS files: {exc}") from None
 
 
+def cmd_schedules(args, out, err):
+    with make_client(args) as client:
+        schedules = client.schedules(args.queue, count=args.count)
+    rows = [
+        (
+            s.queue,
+            s.name,
+            s.cron,
+            s.timezone,
+            s.missed,
+            ", ".join(fmt.show_time(ms) for ms in s.next_runs_ms) or "-",
+        )
+        for s in schedules
+    ]
+    headers = ("queue", "schedule", "cron", "timezone", "missed", "next runs (UTC)")
+    text = fmt.table(headers, rows) if rows else "(no schedules)"
+    data = {
+        "schedules": [
+            {
+                "queue": s.queue,
+                "name": s.name,
+                "cron": s.cron,
+                "timezone": s.timezone,
+                "missed": s.missed,
+                "catch_up_seconds": s.catch_up_seconds,
+                "priority": s.priority,
+                "attempts": s.attempts,
+                "next_runs": [fmt.show_time(ms) for ms in s.next_runs_ms],
+            }
+            for s in schedules
+        ]
+    }
+    _emit(args, out, data, text)
+
+
 def cmd_hash_password(args, out, err):
     password = args.password
     if password is None:
@@ -422,6 +466,7 @@ HANDLERS: dict[str, Callable] = {
     "stats": cmd_stats,
     "pause": cmd_pause,
     "resume": cmd_resume,
+    "schedules": cmd_schedules,
     "hash-password": cmd_hash_password,
 }
 

@@ -51,6 +51,7 @@ EXAMPLES = {
     "enqueue": """
         pinlater enqueue --queue emails --body alice@example.com --body bob@example.com
         pinlater enqueue --queue emails --priority 2 --run-after +10m --attempts 5 --body later
+        pinlater enqueue --queue orders --body 'ship 17' --unique-key order-17   # once per window
         printf 'one\\ntwo\\n' | pinlater enqueue --queue emails      # one job per stdin line
         # load: 100 requests of 100 jobs each (10,000 jobs), 4 at a time
         pinlater enqueue --queue emails --num_queries 100 --batch_size 100 --concurrency 4""",
@@ -94,6 +95,9 @@ EXAMPLES = {
         pinlater pause --queue emails --metrics-port 9998 --password secret""",
     "resume": """
         PINLATER_ADMIN_PASSWORD=secret pinlater resume --queue emails""",
+    "schedules": """
+        pinlater schedules                              # every queue, next 5 runs each
+        pinlater schedules -q reports --count 10 --json""",
     "hash-password": """
         pinlater hash-password                          # prompts twice
         printf 'secret\\n' | pinlater hash-password""",
@@ -235,6 +239,9 @@ def build_parser(handlers: dict[str, Callable]) -> argparse.ArgumentParser:
         )
         _queue(p)
         _admin_api_options(p)
+    p = command("schedules", "periodic jobs the server runs and their next run times")
+    p.add_argument("--queue", "-q", help="only this queue's schedules")
+    p.add_argument("--count", type=positive, default=5, help="next run times per schedule (5)")
     p = command(
         "hash-password", "print a pbkdf2_sha256 hash for admin.password_hash", connects=False
     )
@@ -320,6 +327,15 @@ def _enqueue_options(p) -> None:
     p.add_argument("--status", help="initial custom status")
     p.add_argument(
         "--count", type=positive, default=1, help="enqueue each body this many times (default 1)"
+    )
+    p.add_argument(
+        "--unique-key",
+        "--unique_key",
+        action="append",
+        dest="unique_keys",
+        metavar="KEY",
+        help="unique key of the job (repeatable: one per job, in order); an enqueue whose key "
+        "the queue holds stores nothing and prints the holder's descriptor",
     )
 
 

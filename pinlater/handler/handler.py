@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+from collections.abc import Callable
 
 from pinlater.config import Config
 from pinlater.errors import EnqueueRejected, InvalidRequest, PasswordInvalid, PinLaterError
@@ -17,21 +19,36 @@ from pinlater.handler.context import current_peer
 from pinlater.handler.observer import RequestObserver
 from pinlater.handler.password_guard import PasswordGuard
 from pinlater.handler.reply_room import ReplyRoom
+from pinlater.handler.schedule_view import ScheduleView
 from pinlater.idl import pinlater_thrift as wire
 from pinlater.storage.descriptors import JobDescriptor, split_local_id, split_prefix
 from pinlater.storage.models import Ack, Checkpoint, ClaimMatch, JobRecord, NewJob, new_ack
 from pinlater.storage.sharded import CONTINUATION_START, ShardedBackend
+from pinlater.storage.unique_keys import DEFAULT_UNIQUE_WINDOW_SECONDS
 
 log = logging.getLogger(__name__)
+#: the most next run times getSchedules lists per schedule
+MAX_NEXT_RUNS = 100
 
 
 class PinLaterHandler:
     """Implements the PinLater service on a ShardedBackend."""
 
     def __init__(
-        self, store: ShardedBackend, config: Config, observer: RequestObserver | None = None
+        self,
+        store: ShardedBackend,
+        config: Config,
+        observer: RequestObserver | None = None,
+        *,
+        unique_window_for: Callable[[str], float] | None = None,
+        schedules: Callable[[str | None, int, float], list[ScheduleView]] | None = None,
     ):
+        """`unique_window_for(queue)`: seconds a unique key is held in that queue (the queue
+        settings; default DEFAULT_UNIQUE_WINDOW_SECONDS). `schedules(queue, count, now)`: the
+        schedules this server runs with their next run times (none when not given)."""
         self.store = store
+        self._unique_window_for = unique_window_for
+        self._schedules = schedules
         self.config = config
         self.limits = config.limits
         self.levels = config.priorities.levels
@@ -42,6 +59,7 @@ class PinLaterHandler:
         )
         self.passwords = _password_guard(config, self.observer)
         self.room = ReplyRoom(config.server.max_frame_bytes, self.levels)
+        self.max_unique_key = self.limits.max_unique_key_length
 
     def close(self) -> None:
         if self.passwords is not None:
@@ -87,9 +105,23 @@ class PinLaterHandler:
             self._plain_new_job(job) or self._new_job(job, f"jobs[{i}]")
             for i, job in enumerate(jobs)
         ]
-        descriptors = self.store.enqueue(queue, new_jobs)
-        self.observer.on_jobs("enqueued", queue, len(descriptors))
+        if any(job.unique_key is not None for job in new_jobs):
+            outcome = self.store.enqueue_keyed(queue, new_jobs, self._unique_window_ms(queue))
+            descriptors = outcome.descriptors
+            self.observer.on_jobs("deduplicated", queue, outcome.deduplicated)
+            self.observer.on_jobs("enqueued", queue, len(descriptors) - outcome.deduplicated)
+        else:
+            descriptors = self.store.enqueue(queue, new_jobs)
+            self.observer.on_jobs("enqueued", queue, len(descriptors))
         return wire.PinLaterEnqueueResponse(jobDescriptors=[str(d) for d in descriptors])
+
+    def _unique_window_ms(self, queue: str) -> int:
+        seconds = (
+            DEFAULT_UNIQUE_WINDOW_SECONDS
+            if self._unique_window_for is None
+            else self._unique_window_for(queue)
+        )
+        return int(seconds * 1000)
 
     @rpc
     def dequeueJobs(self, context, request):
@@ -253,6 +285,28 @@ class PinLaterHandler:
         self.observer.on_jobs("deleted", queue, deleted)
         return deleted
 
+    @rpc
+    def getSchedules(self, context, request):
+        self._source(context)
+        check.request_present(request)
+        queue = None if request.queueName is None else self._queue(request.queueName)
+        count = check.limit(5 if request.count is None else request.count, MAX_NEXT_RUNS, "count")
+        views = [] if self._schedules is None else self._schedules(queue, count, time.time())
+        return [
+            wire.PinLaterScheduleInfo(
+                queueName=v.queue,
+                name=v.name,
+                cron=v.cron,
+                timezone=v.timezone,
+                missedPolicy=v.missed,
+                catchUpSeconds=int(v.catch_up_seconds),
+                priority=v.priority,
+                numAttemptsAllowed=v.attempts,
+                nextRunTimestampsMillis=list(v.next_runs_ms),
+            )
+            for v in views
+        ]
+
     # ------------------------------------------------------------ conversions
 
     def _source(self, context) -> str:
@@ -292,11 +346,12 @@ class PinLaterHandler:
         if job is None:
             return None
         body, priority, attempts = job.body, job.priority, job.numAttemptsAllowed
-        status = job.customStatus
+        status, key = job.customStatus, job.uniqueKey
         if not (
             type(body) is bytes
             and len(body) <= self.limits.body_max_bytes
             and (status is None or type(status) is str)
+            and (key is None or (type(key) is str and check.is_plain_key(key, self.max_unique_key)))
             and self._plain_numbers(priority, attempts, job.runAfterTimestampMillis)
         ):
             return None
@@ -306,6 +361,7 @@ class PinLaterHandler:
             run_after_ms=job.runAfterTimestampMillis,
             attempts_allowed=attempts or 2,  # None or 1..max_attempts
             custom_status=status[: self.limits.custom_status_max_chars] if status else "",
+            unique_key=key,
         )
 
     def _plain_numbers(self, priority, attempts, run_after) -> bool:
@@ -355,6 +411,7 @@ class PinLaterHandler:
             run_after_ms=run_after,
             attempts_allowed=attempts,
             custom_status=status[: self.limits.custom_status_max_chars],
+            unique_key=check.unique_key(job.uniqueKey, self.max_unique_key, f"{field}.uniqueKey"),
         )
 
     def _ack_request(self, request, source: str, field: str):

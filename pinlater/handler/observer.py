@@ -39,5 +39,6 @@ class RequestObserver:
         """An admin password was refused: `reason` is one of password_guard.REFUSAL_REASONS."""
 
     def on_jobs(self, event: str, queue: str, count: int) -> None:
-        """Jobs affected by a successful call on a validated queue: enqueued, dequeued (not dry
+        """Jobs affected by a successful call on a validated queue: enqueued (stored),
+        deduplicated (an enqueue whose unique key was held: nothing stored), dequeued (not dry
         runs), acked_succeeded, acked_failed (acks received), retried, deleted."""

@@ -12,6 +12,7 @@ import re
 from typing import TypeGuard
 
 from pinlater.errors import (
+    EnqueueRejected,
     InvalidRequest,
     PinLaterError,
     PriorityNotSupported,
@@ -115,6 +116,32 @@ def text(
     if not isinstance(value, str):
         raise error(f"{field}: must be a string, got {_shown(value)}")
     return value
+
+
+def unique_key(value: object, max_length: int, field: str) -> str | None:
+    """An optional unique key: 1..max_length printable ASCII characters (space to `~`)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        raise EnqueueRejected(f"{field}: is not valid UTF-8 (a unique key is printable ASCII)")
+    if not isinstance(value, str):
+        raise EnqueueRejected(f"{field}: must be a string, got {_shown(value)}")
+    if not value:
+        raise EnqueueRejected(f"{field}: must not be empty (leave it unset for no key)")
+    if len(value) > max_length:
+        raise EnqueueRejected(
+            f"{field}: {len(value)} characters is over the maximum of {max_length}"
+        )
+    if not is_plain_key(value, max_length):
+        raise EnqueueRejected(
+            f"{field}: must be printable ASCII (space to '~'), got {_shown(value)}"
+        )
+    return value
+
+
+def is_plain_key(value: str, max_length: int) -> bool:
+    """Whether a str is a valid unique key (the one rule; `unique_key` says what is wrong)."""
+    return 0 < len(value) <= max_length and value.isascii() and value.isprintable()
 
 
 def flag(value: object, field: str, default: bool = False) -> bool:

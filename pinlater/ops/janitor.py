@@ -5,7 +5,8 @@ run from every server at once (each transition is a guarded statement in the sto
 freeing what an interrupted deleteQueue left on the shard (`Shard.finish_deletes`):
 - reclaim: IN_PROGRESS jobs whose updated_at is older than the claim timeout go back to PENDING
   with one attempt used, or to FAILED when none is left (a dead worker's job comes back);
-- purge: SUCCEEDED / FAILED jobs whose updated_at is older than their TTL are deleted.
+- purge: SUCCEEDED / FAILED jobs whose updated_at is older than their TTL are deleted;
+then, per (shard, queue), the unique-key records whose window has ended (`Shard.purge_keys`).
 `run_once()` does one pass and returns counts, so tests drive it directly instead of sleeping;
 the server runs it every `janitor.interval_seconds` in a `pinlater.ops.periodic.Periodic`.
 """
@@ -32,6 +33,7 @@ class JanitorCounts:
     reclaimed_to_failed: int = 0
     purged_succeeded: int = 0
     purged_failed: int = 0
+    purged_keys: int = 0
     shard_errors: int = 0
 
     def add(self, other: JanitorCounts) -> None:
@@ -108,6 +110,7 @@ class Janitor:
                 self._reclaim(name, queue, priority, int(1000 * timeout), counts)
                 for state, ttl in ttls:
                     self._purge(name, queue, priority, state, int(ttl * 1000), counts)
+            self._purge_keys(name, queue, counts)
         except QueueNotFound:
             return  # deleted while we were cleaning it
         except QueueContended as exc:  # busy with its own DDL: the shard's other queues go on
@@ -125,6 +128,15 @@ class Janitor:
             counts.reclaimed_to_pending += step.retried
             counts.reclaimed_to_failed += step.failed
             if step.retried + step.failed < batch:
+                return
+
+    def _purge_keys(self, name: str, queue: str, counts: JanitorCounts) -> None:
+        """Expired unique-key records deleted, batch by batch."""
+        batch = self.config.batch_size
+        for _ in range(self._max_batches):
+            purged = self.store.call(name, lambda s: s.purge_keys(queue, batch))
+            counts.purged_keys += purged
+            if purged < batch:
                 return
 
     def _purge(

@@ -88,6 +88,19 @@ class Metrics:
         self.jobs_enqueued = Counter(
             "pinlater_jobs_enqueued", "jobs enqueued", ["queue"], registry=r
         )
+        self.schedule_slots = Counter(
+            "pinlater_schedule_slots",
+            "slots of periodic jobs this server tried to enqueue, by outcome (enqueued, "
+            "deduplicated: another server was first, failed: tried again next pass)",
+            ["queue", "outcome"],
+            registry=r,
+        )
+        self.jobs_deduplicated = Counter(
+            "pinlater_jobs_deduplicated",
+            "jobs of enqueueJobs that stored nothing: their unique key was held",
+            ["queue"],
+            registry=r,
+        )
         self.jobs_dequeued = Counter(
             "pinlater_jobs_dequeued",
             "jobs handed out by dequeueJobs (dry runs excluded)",
@@ -207,8 +220,8 @@ class Metrics:
         self._child(self.request_seconds, method, label, outcome).observe(seconds)
 
     def jobs(self, event: str, queue: str, count: int) -> None:
-        """Count `count` jobs of `event` (enqueued, dequeued, acked_succeeded, acked_failed,
-        retried, deleted) on `queue`."""
+        """Count `count` jobs of `event` (enqueued, deduplicated, dequeued, acked_succeeded,
+        acked_failed, retried, deleted) on `queue`."""
         if count <= 0:
             return
         label = self.queues.label(queue)
@@ -218,6 +231,17 @@ class Metrics:
             self._child(self.acks, label, "failed").inc(count)
         else:
             self._child(getattr(self, f"jobs_{event}"), label).inc(count)
+
+    def schedule_queue(self, queue: str, enqueued: int, deduplicated: int, failed: int) -> None:
+        """What one schedules pass did for `queue`."""
+        label = self.queues.label(queue)
+        for outcome, count in (
+            ("enqueued", enqueued),
+            ("deduplicated", deduplicated),
+            ("failed", failed),
+        ):
+            if count:
+                self._child(self.schedule_slots, label, outcome).inc(count)
 
     def janitor_queue(
         self,

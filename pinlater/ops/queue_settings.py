@@ -6,6 +6,9 @@ Queue config, YAML (the native form; unknown keys are errors):
     queues:
       emails: {max_jobs_per_second: 10.5, claim_timeout_seconds: 300}
       reports: {max_jobs_per_second: 0}      # 0 pauses the queue's dequeues
+      orders: {unique_window_seconds: 3600}  # unique enqueue keys hold 1 h (default 24 h)
+      reports:                                # periodic jobs: see pinlater/ops/schedules.py
+        schedules: [{name: nightly, cron: "0 3 * * *", timezone: Europe/Berlin, body: run}]
 
 or the original PinLater JSON (extra fields inside `queueConfig` are ignored, as there):
 
@@ -29,7 +32,7 @@ import math
 import re
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -37,7 +40,9 @@ import yaml
 
 from pinlater.common.sections import ConfigError, build_section
 from pinlater.common.serverset import ServerSetError, parse_serverset
+from pinlater.ops.schedules import Schedule, parse_schedules
 from pinlater.ops.watched_file import WatchedFile
+from pinlater.storage.unique_keys import DEFAULT_UNIQUE_WINDOW_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +59,30 @@ class QueueSettings:
     claim_timeout_seconds: float | None = field(
         default=None, metadata={"range": (0.001, 30 * 86_400)}
     )
+    #: how long a unique key holds after the enqueue that stored its job; None = 24 h
+    unique_window_seconds: float | None = field(default=None, metadata={"range": (1, 366 * 86_400)})
+    #: periodic jobs of this queue (pinlater.ops.schedules; YAML form only)
+    schedules: tuple[Schedule, ...] = ()
 
 
 @dataclass(frozen=True)
 class QueueConfig:
     queues: Mapping[str, QueueSettings] = field(default_factory=dict)
+
+    def unique_window_seconds(self, queue: str) -> float:
+        """How long a unique key holds in `queue` (its setting, else 24 h)."""
+        settings = self.queues.get(queue)
+        if settings is None or settings.unique_window_seconds is None:
+            return DEFAULT_UNIQUE_WINDOW_SECONDS
+        return settings.unique_window_seconds
+
+    def schedule_list(self) -> list[tuple[str, float, tuple[Schedule, ...]]]:
+        """(queue, unique window seconds, schedules) of every queue that has schedules."""
+        return [
+            (name, self.unique_window_seconds(name), settings.schedules)
+            for name, settings in sorted(self.queues.items())
+            if settings.schedules
+        ]
 
     def rates(self) -> dict[str, float]:
         return {
@@ -81,7 +105,7 @@ def parse_queue_config(text: str, origin: str) -> QueueConfig:
         problems.append(f"{origin}: queues: must be a mapping (or the original's list)")
         settings = {}
     for name, s in settings.items():
-        for key in ("max_jobs_per_second", "claim_timeout_seconds"):
+        for key in ("max_jobs_per_second", "claim_timeout_seconds", "unique_window_seconds"):
             value = getattr(s, key)
             if value is not None and not math.isfinite(value):
                 problems.append(f"{origin}: queues.{name}.{key}: must be a finite number")
@@ -111,8 +135,21 @@ def _parse_native(raw: dict, origin: str, problems: list[str]) -> dict[str, Queu
     for name, section in raw.items():
         path = f"{origin}: queues.{name}"
         if _check_name(name, path, problems):
-            settings[name] = build_section(QueueSettings, section, path, problems)
+            settings[name] = _queue_settings(section, path, problems)
     return settings
+
+
+def _queue_settings(section: Any, path: str, problems: list[str]) -> QueueSettings:
+    """One queue's native section; its `schedules:` list is parsed on its own (a list of
+    sections, checked against the queue's unique window)."""
+    raw_schedules = None
+    if isinstance(section, dict) and "schedules" in section:
+        section = dict(section)
+        raw_schedules = section.pop("schedules")
+    settings = build_section(QueueSettings, section, path, problems)
+    window = settings.unique_window_seconds or DEFAULT_UNIQUE_WINDOW_SECONDS
+    schedules = parse_schedules(raw_schedules, f"{path}.schedules", window, problems)
+    return replace(settings, schedules=schedules) if schedules else settings
 
 
 def _parse_original(items: list, origin: str, problems: list[str]) -> dict[str, QueueSettings]:

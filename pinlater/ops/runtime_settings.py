@@ -40,6 +40,7 @@ from pinlater.common.sections import build_section
 from pinlater.errors import InvalidRequest, PinLaterError, ShardConnectionFailed
 from pinlater.ops.queue_settings import QueueConfig, QueueSettings
 from pinlater.ops.rate_limiter import QueueRateLimiter
+from pinlater.storage.unique_keys import DEFAULT_UNIQUE_WINDOW_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -325,6 +326,11 @@ class RuntimeSettings:
             "paused": paused,
             "max_jobs_per_second": rate,
             "claim_timeout_seconds": timeout,
+            # file-only settings (unique keys, periodic jobs): shown, not settable here
+            "unique_window_seconds": _layered(
+                None, from_file.unique_window_seconds, DEFAULT_UNIQUE_WINDOW_SECONDS
+            ),
+            "schedules": [schedule.name for schedule in from_file.schedules],
             "server_share_jobs_per_second": 0.0 if paused["value"] else share,
             "servers_sharing_rate": servers,
             "updated_at_ms": stored.updated_at_ms or None,

@@ -29,6 +29,11 @@ Rules every implementation follows:
   `max_body_bytes`. Lengths come before bodies (SQL `LENGTH(body)`, Redis `HSTRLEN`, or reads
   in chunks that fit even at the body cap), so a call reads at most about twice its budget of
   bodies, whatever `limit` is.
+- Unique keys (`enqueue_keyed`) are records of their own, per queue and shard: a key is held
+  from the enqueue that stored its job until `expires_at` = that enqueue's now + the window,
+  whatever becomes of the job (deleted and purged jobs included). Checking a key and storing
+  its job is one transaction (script call), so concurrent enqueues of one key from any number
+  of servers store one job. Expired records are removed by `purge_keys` (the janitor).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from pinlater.storage.models import (
     Ack,
     Checkpoint,
     DequeuedJob,
+    Enqueued,
     JobRecord,
     JobState,
     NewJob,
@@ -150,7 +156,20 @@ class Shard(abc.ABC):
     # ---- jobs ----
     @abc.abstractmethod
     def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[int]:
-        """Store all jobs atomically (one transaction) and return their local ids in order."""
+        """Store all jobs atomically (one transaction) and return their local ids in order.
+        Unique keys are not looked at (the sharded layer sends keyed batches to
+        `enqueue_keyed`)."""
+
+    @abc.abstractmethod
+    def enqueue_keyed(
+        self, queue: str, jobs: Sequence[NewJob], unique_window_ms: int
+    ) -> list[Enqueued]:
+        """As `enqueue`, in one transaction, for a batch where jobs may carry a unique key. A
+        keyed job whose key is held in the queue on this shard (a record with expires_at >
+        now) stores nothing and reports the holder; otherwise it is stored and its key
+        recorded with expires_at = now + unique_window_ms (replacing an expired record). A key
+        repeated within the batch: its first job decides, the later ones report that job. Jobs
+        without a key are stored as by `enqueue`. Returns one `Enqueued` per job, in order."""
 
     @abc.abstractmethod
     def dequeue(
@@ -260,6 +279,11 @@ class Shard(abc.ABC):
     def purge(self, queue: str, priority: int, state: JobState, ttl_ms: int, limit: int) -> int:
         """Delete up to `limit` jobs in a terminal `state` whose updated_at is older than ttl,
         in steps of at most DELETE_STEP jobs."""
+
+    @abc.abstractmethod
+    def purge_keys(self, queue: str, limit: int) -> int:
+        """Delete up to `limit` expired unique-key records (expires_at <= now) of the queue, in
+        one transaction (script call); return how many."""
 
     # ---- runtime queue settings (one document, kept on the first shard of the map) ----
     @abc.abstractmethod

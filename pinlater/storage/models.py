@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class JobState(enum.IntEnum):
@@ -21,13 +22,26 @@ class JobState(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class NewJob:
-    """A validated job to enqueue. `run_after_ms` None means "now" by the shard's clock."""
+    """A validated job to enqueue. `run_after_ms` None means "now" by the shard's clock.
+    `unique_key` (validated ASCII) makes the enqueue idempotent within the queue's unique
+    window (docs/semantics.md `U-...`); only `Shard.enqueue_keyed` looks at it."""
 
     body: bytes
     priority: int = 1
     run_after_ms: int | None = None
     attempts_allowed: int = 2
     custom_status: str = ""
+    unique_key: str | None = None
+
+
+class Enqueued(NamedTuple):
+    """One job of a keyed enqueue: where it is. `stored` False means nothing was stored for
+    it because its unique key was held: (priority, local_id) then name the job that holds it
+    (enqueued earlier, or earlier in the same batch)."""
+
+    priority: int
+    local_id: int
+    stored: bool
 
 
 @dataclass(frozen=True, slots=True)

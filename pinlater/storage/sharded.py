@@ -38,11 +38,13 @@ from pinlater.storage.models import (
     Ack,
     Checkpoint,
     DequeuedJob,
+    Enqueued,
     JobRecord,
     JobState,
     NewJob,
     ScanBound,
 )
+from pinlater.storage.unique_keys import owner_shard
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -52,6 +54,15 @@ CONTINUATION_END = "-1"
 _CONTINUATION = re.compile(r"(\d{1,16}):([A-Za-z0-9]{1,32}):(\d{1,3}):(\d{1,19})", re.ASCII)
 #: the longest continuation `_CONTINUATION` accepts (a reply's size is bounded before it is built)
 MAX_CONTINUATION_CHARS = 16 + 32 + 3 + 19 + 3
+
+
+@dataclass(frozen=True)
+class KeyedEnqueue:
+    """What `enqueue_keyed` did: a descriptor per job in request order (a job whose unique key
+    was held gets its holder's), and how many jobs stored nothing for that reason."""
+
+    descriptors: list[JobDescriptor]
+    deduplicated: int
 
 
 @dataclass(frozen=True)
@@ -257,7 +268,10 @@ class ShardedBackend:
     def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[JobDescriptor]:
         """Store the whole batch in one transaction on one random healthy enqueue shard; on a
         storage failure or a full shard try another shard (up to `retries` more tries). All or
-        nothing; ENQUEUE_REJECTED when the shards tried were full."""
+        nothing; ENQUEUE_REJECTED when the shards tried were full. Jobs with a unique key go
+        through `enqueue_keyed` (a ValueError here: the caller's bug)."""
+        if any(job.unique_key is not None for job in jobs):
+            raise ValueError("enqueue got jobs with a unique key; use enqueue_keyed")
         tried: set[str] = set()
         last: ShardConnectionFailed | None = None
         for _ in range(1 + self._retries):
@@ -283,6 +297,63 @@ class ShardedBackend:
             "Unable to find healthy shard: no shard accepts enqueues (all are "
             "unhealthy or dequeue_only)"
         )
+
+    def enqueue_keyed(
+        self, queue: str, jobs: Sequence[NewJob], unique_window_ms: int
+    ) -> KeyedEnqueue:
+        """Store a batch where jobs may carry a unique key (docs/semantics.md `U-...`): each
+        keyed job goes to the shard that owns its key (`unique_keys.owner_shard`, over the
+        configured enqueue shards, healthy or not), which alone decides whether the key is
+        held; the jobs without a key go with the last shard's part. One transaction per shard
+        (`Shard.enqueue_keyed`), the parts one after the other: if one fails, the later ones
+        are not tried, so an error leaves no job without a key stored, and every keyed job
+        already stored is found again by a retry. A part whose owner is unhealthy is refused
+        (SHARD_CONNECTION_FAILED) before anything is stored: trying another shard could store
+        a key twice."""
+        parts = self._key_parts(queue, jobs)
+        for name in parts:
+            if not self.health.is_healthy(name):
+                raise ShardConnectionFailed(
+                    f"shard {name}: unhealthy, and it owns unique keys of this request, which "
+                    "no other shard may take; nothing was stored (retry later)"
+                )
+        found: list[JobDescriptor | None] = [None] * len(jobs)
+        deduplicated = 0
+        for name, indexes in parts.items():
+            batch = [jobs[i] for i in indexes]
+            keyed_only = all(job.unique_key is not None for job in batch)
+            try:
+                # a part of keyed jobs only is idempotent: retried on its shard like a read
+                outcome = self.call(
+                    name,
+                    _keyed_call(queue, batch, unique_window_ms),
+                    retries=None if keyed_only else 0,
+                )
+            except ShardFull as exc:
+                raise EnqueueRejected(f"storage full: {exc.message}") from None
+            for i, done in zip(indexes, outcome, strict=True):
+                found[i] = JobDescriptor(queue, name, done.priority, done.local_id)
+                deduplicated += not done.stored
+        return KeyedEnqueue([d for d in found if d is not None], deduplicated)
+
+    def _key_parts(self, queue: str, jobs: Sequence[NewJob]) -> dict[str, list[int]]:
+        """shard -> indexes of its jobs, shards in the order their first keyed job comes; the
+        jobs without a key join the last shard."""
+        owners = [name for name, spec in self._set.specs.items() if not spec.dequeue_only]
+        if not owners:
+            raise NoHealthyShards(
+                "Unable to find healthy shard: no shard accepts enqueues (all are dequeue_only)"
+            )
+        parts: dict[str, list[int]] = {}
+        plain: list[int] = []
+        for i, job in enumerate(jobs):
+            if job.unique_key is None:
+                plain.append(i)
+            else:
+                parts.setdefault(owner_shard(queue, job.unique_key, owners), []).append(i)
+        if plain:
+            parts[next(reversed(parts))].extend(plain)
+        return parts
 
     def dequeue(
         self,
@@ -606,6 +677,13 @@ def _bound(cursor: tuple[int, str, int, int] | None, shard: str, priority: int) 
         return ScanBound(run_after, c_id)
     after = (shard, priority) > (c_shard, c_priority)
     return ScanBound(run_after, MAX_LOCAL_ID if after else 0)
+
+
+def _keyed_call(
+    queue: str, jobs: list[NewJob], unique_window_ms: int
+) -> Callable[[Shard], list[Enqueued]]:
+    """One shard's keyed enqueue, its arguments bound now (not by the loop that builds it)."""
+    return lambda shard: shard.enqueue_keyed(queue, jobs, unique_window_ms)
 
 
 def _lookup_call(

@@ -117,6 +117,7 @@ def valid_calls(queue: str = "fuzzq") -> dict[str, bytes]:
                         runAfterTimestampMillis=1,
                         numAttemptsAllowed=3,
                         customStatus="s",
+                        uniqueKey="k1",
                     )
                 ],
             ),
@@ -181,6 +182,9 @@ def valid_calls(queue: str = "fuzzq") -> dict[str, bytes]:
             request=w.PinLaterDeleteJobsRequest(
                 queueName=queue, jobState=3, priority=1, bodyRegexToMatch="x", limit=5
             ),
+        ),
+        "getSchedules": PinLater.getSchedules_args(
+            context=CTX, request=w.PinLaterGetSchedulesRequest(queueName=queue, count=3)
         ),
     }
     return {

@@ -277,3 +277,34 @@ def test_retry_failed_and_delete_jobs_cover_every_priority_by_default(cli, queue
     )
     assert cli("delete_jobs", "-q", queue, "--state", "PENDING")[0] == "Deleted 4 jobs\n"
     assert count(cli, queue, "pending") == 0
+
+
+def test_enqueue_with_unique_keys_stores_one_job_per_key(cli, queue):
+    first = as_json(cli("enqueue", "-q", queue, "-b", "a", "--unique-key", "k1", "--json")[0])
+    again = as_json(
+        cli(
+            "enqueue",
+            "-q",
+            queue,
+            "-b",
+            "b",
+            "-b",
+            "c",
+            "--unique-key",
+            "k1",
+            "--unique-key",
+            "k2",
+            "--json",
+        )[0]
+    )
+    assert again["enqueued"][0] == first["enqueued"][0] != again["enqueued"][1]
+    assert count(cli, queue) == 2
+    _, err = cli("enqueue", "-q", queue, "-b", "a", "-b", "b", "--unique-key", "k", expect=2)
+    assert "--unique-key given 1 time(s) for 2 job(s)" in err
+    _, err = cli("enqueue", "-q", queue, "-b", "a", "--unique-key", "é", expect=EXIT_SERVER)
+    assert "ENQUEUE_REJECTED" in err and "jobs[0].uniqueKey" in err
+
+
+def test_schedules_lists_what_the_server_runs(cli):
+    assert cli("schedules")[0] == "(no schedules)\n"
+    assert as_json(cli("schedules", "--json")[0]) == {"schedules": []}

@@ -484,6 +484,19 @@ CASES = [
         call("getQueueNames", field(STRING, 1, string("ctx")), with_context=False),
         "context.source",
     ),
+    # --- getSchedules (extension)
+    (
+        "schedules-count-negative",
+        "getSchedules",
+        call("getSchedules", request(field(I32, 2, i32(-1)))),
+        "count",
+    ),
+    (
+        "schedules-queue-wrong-type",
+        "getSchedules",
+        call("getSchedules", request(field(I32, 1, i32(7)))),
+        None,  # an optional field of the wrong type is skipped: every queue's schedules
+    ),
     # --- scanJobs
     ("scan-missing-state", "scanJobs", call("scanJobs", request(qn())), "jobState"),
     (
@@ -587,6 +600,12 @@ UTF8_CASES = [
         "context.source",
     ),
     ("create-name", "createQueue", call("createQueue", qn(INVALID_UTF8, 2)), "name"),
+    (
+        "schedules-queue",
+        "getSchedules",
+        call("getSchedules", request(qn(INVALID_UTF8))),
+        "queueName",
+    ),
     (
         "delete-password",
         "deleteQueue",

@@ -358,6 +358,22 @@ def test_a_dead_server_neither_blocks_open_nor_hangs_calls(backend):
 # ---------------------------------------------------------------- queues
 
 
+def test_a_queue_from_before_unique_keys_gets_its_key_table_on_first_use(backend, server):
+    """A queue database made before unique keys existed has no unique_keys table: the first
+    keyed enqueue (or key purge) meets error 1146, the missing-tables repair creates it, and
+    the retried call works (the sharded layer retries the QueueBusy)."""
+    shard = open_shard(backend, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    server.query(f"DROP TABLE `{shard.database(name)}`.`unique_keys`")
+    with pytest.raises(QueueBusy):
+        shard.enqueue_keyed(name, [NewJob(b"a", unique_key="k")], 60_000)
+    assert shard.enqueue_keyed(name, [NewJob(b"a", unique_key="k")], 60_000)[0].stored
+    assert not shard.enqueue_keyed(name, [NewJob(b"b", unique_key="k")], 60_000)[0].stored
+    shard.delete_queue(name)
+    shard.close()
+
+
 def test_create_queue_is_idempotent_and_creates_missing_priority_tables(backend, server):
     shard = open_shard(backend, server)
     name = f"q{next(_names)}"
@@ -371,7 +387,7 @@ def test_create_queue_is_idempotent_and_creates_missing_priority_tables(backend,
             "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,)
         )
     }
-    assert tables == {"jobs_p1", "jobs_p2", "jobs_p3"}
+    assert tables == {"jobs_p1", "jobs_p2", "jobs_p3", "unique_keys"}
     engines = {
         row[0]
         for row in server.query(
@@ -463,8 +479,8 @@ def test_a_delete_cut_short_leaves_nothing_visible_and_finish_deletes_drops_the_
         shard.count(name, JobState.PENDING, [1], False, 10, None)
     shard.create_queue(name)  # fresh tables at once
     assert shard.count(name, JobState.PENDING, [1, 2, 3], False, 100, None) == 0
-    assert len(trash_tables(server, shard)) == 3
-    assert shard.finish_deletes() == 3
+    assert len(trash_tables(server, shard)) == 4  # three job tables and the unique keys
+    assert shard.finish_deletes() == 4
     assert trash_tables(server, shard) == [] and shard.finish_deletes() == 0
     shard.delete_queue(name)
 

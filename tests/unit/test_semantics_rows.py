@@ -33,6 +33,8 @@ PREFIXES = {
     "L": "Lookup",
     "N": "Counts and scans",
     "Q": "Queues",
+    "U": "Unique keys",
+    "P": "Periodic jobs",
     "J": "Janitor",
     "X": "Concurrency",
 }

@@ -181,6 +181,21 @@ def test_a_delete_cut_short_between_steps_leaves_nothing_visible_and_is_finished
     restarted.close()
 
 
+def test_a_file_from_before_unique_keys_gets_key_tables_on_open(tmp_path, clock):
+    shard = open_shard(tmp_path, clock)
+    shard.create_queue("old")
+    with sqlite3.connect(shard.path) as conn:
+        conn.execute("DROP TABLE q1_keys")
+    shard.close()
+    reopened = open_shard(tmp_path, clock)
+    assert reopened.enqueue_keyed("old", [NewJob(b"a", unique_key="k")], 1000)[0].stored
+    reopened.delete_queue("old")  # the key table is freed with the job tables
+    with sqlite3.connect(reopened.path) as conn:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    assert not [name for (name,) in rows if re.fullmatch(r"q[0-9]+_.*", name)]
+    reopened.close()
+
+
 def test_freeing_a_queue_restores_the_connections_secure_delete(tmp_path, clock):
     shard = open_shard(tmp_path, clock)
     default = shard._secure_delete

@@ -96,8 +96,9 @@ SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = :table AND sq
 DROP INDEX IF EXISTS {index}
 
 -- name: delete_rows_step
--- Up to :limit jobs of a deleted queue's table, lowest ids first (one bounded step).
-DELETE FROM {table} WHERE local_id IN (SELECT local_id FROM {table} ORDER BY local_id LIMIT :limit)
+-- Up to :limit rows of a deleted queue's table, lowest rowids first (one bounded step; a job
+-- table's rowid is its local_id, and its unique-key table has one too).
+DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} ORDER BY rowid LIMIT :limit)
 
 -- name: queue_list
 -- Every registered queue.

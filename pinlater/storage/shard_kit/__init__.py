@@ -5,6 +5,7 @@ form of those rules at the shard seam. Each rule is one named check, in a module
 
     queues          create, delete, case, priority levels
     enqueue         ids and the fields a new job starts with
+    unique          keyed enqueue: held keys, windows, repeats, purge_keys, concurrent callers
     bodies          body bytes and the size cap, custom statuses and their cap
     dequeue         eligibility, order, claims, dry runs
     budgets         reply budgets: a dequeue claims what fits, a lookup's bodies all or none
@@ -74,6 +75,7 @@ CHECK_MODULES = tuple(
     for module in (
         "queues",
         "enqueue",
+        "unique",
         "bodies",
         "dequeue",
         "budgets",

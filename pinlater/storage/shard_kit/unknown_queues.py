@@ -16,6 +16,8 @@ from pinlater.storage.shard_kit.registry import register
 _UNKNOWN_QUEUE_CALLS: dict[str, Callable[[Shard], Any]] = {
     "enqueue": lambda s: s.enqueue("nope", [NewJob(b"x")]),
     "enqueue-empty": lambda s: s.enqueue("nope", []),
+    "enqueue-keyed": lambda s: s.enqueue_keyed("nope", [NewJob(b"x", unique_key="k")], 1000),
+    "enqueue-keyed-no-key": lambda s: s.enqueue_keyed("nope", [NewJob(b"x")], 1000),
     "dequeue": lambda s: s.dequeue("nope", 1, 5, new_claim(SOURCE)),
     "dequeue-limit-zero": lambda s: s.dequeue("nope", 1, 0, new_claim(SOURCE)),
     "dequeue-dry-run": lambda s: s.dequeue("nope", 1, 5, None),
@@ -38,6 +40,7 @@ _UNKNOWN_QUEUE_CALLS: dict[str, Callable[[Shard], Any]] = {
     "delete-jobs-filtered": lambda s: s.delete_jobs("nope", PENDING, 1, 10, lambda b: True),
     "reclaim-expired": lambda s: s.reclaim_expired("nope", 1, 1000, 10),
     "purge": lambda s: s.purge("nope", 1, SUCCEEDED, 1000, 10),
+    "purge-keys": lambda s: s.purge_keys("nope", 10),
 }
 
 
