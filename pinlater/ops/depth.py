@@ -39,6 +39,7 @@ class DepthCollector:
             registry=metrics.registry,
         )
         metrics.registry.register(GaugeCollector(self._families))
+        metrics.on_forget.append(self._forget)
 
     def refresh(self) -> None:
         """Read every existing queue's counts once; also refreshes the known queue names."""
@@ -48,7 +49,8 @@ class DepthCollector:
             self.errors.inc()
             log.warning("queue depth: cannot list queues: %s", exc)
             return
-        self.metrics.queues.replace(queues)
+        for gone in self.metrics.queues.replace(queues):  # deleted, maybe by another server
+            self.metrics.forget_queue(gone)
         snapshot: dict[tuple[str, str, int], int] = {}
         for queue in queues:
             try:
@@ -59,6 +61,10 @@ class DepthCollector:
                 snapshot.update({k: v for k, v in self._snapshot.items() if k[0] == queue})
         self._snapshot = snapshot
         self._refreshed_at = time.time()
+
+    def _forget(self, queue: str) -> None:
+        """Drop a deleted queue's gauges at once (not at the next refresh)."""
+        self._snapshot = {k: v for k, v in self._snapshot.items() if k[0] != queue}
 
     def snapshot(self) -> tuple[dict[tuple[str, str, int], int], float]:
         """The last refresh: {(queue, state, priority): jobs} and its time (epoch s, 0 before
