@@ -39,28 +39,29 @@ def test_depth_and_janitor_ticks_scale_with_the_number_of_queues(api):
     a_janitor_tick_touches_at_most_its_bound_and_idle_queues_cost_no_write(api, names)
 
 
+def depth_tick(store, depth: DepthCollector, calls) -> None:
+    """One depth tick: one stats call per shard, for at most PER_TICK queues."""
+    before = dict(calls["queue_stats"].count)
+    depth.tick()
+    for shard in store.shard_names():
+        assert calls["queue_stats"].count[shard] == before.get(shard, 0) + 1
+    asked = [args[0] for _, args in calls["queue_stats"].args[-len(store.shard_names()) :]]
+    assert max(len(queues) for queues in asked) <= PER_TICK
+
+
 def one_depth_tick_reads_its_slice_with_one_call_per_shard(api, names: list[str]) -> None:
     api.enqueue(names[0], b"a", b"b")
     api.enqueue(names[-1], {"body": b"p2", "priority": 2})
     store = api.store
     depth = DepthCollector(store, Metrics(), cap=1000, queues_per_tick=PER_TICK, interval=1.0)
-    total = len(store.queue_names())
-    ticks = 0
+    expected_ticks = math.ceil(len(store.queue_names()) / PER_TICK)
     with recorded(store, "queue_stats", "count", "queue_names") as calls:
-        while True:
-            before = dict(calls["queue_stats"].count)
-            depth.tick()
-            ticks += 1
-            for shard in store.shard_names():  # one stats call per shard and tick
-                assert calls["queue_stats"].count[shard] == before.get(shard, 0) + 1
-            asked = [args[0] for _, args in calls["queue_stats"].args[-len(store.shard_names()) :]]
-            assert all(len(queues) <= PER_TICK for queues in asked)
-            if depth.sweep.starting or ticks > total:
-                break
-    assert ticks == math.ceil(total / PER_TICK)
+        for _ in range(expected_ticks):
+            depth_tick(store, depth, calls)
+    assert depth.sweep.starting, "the sweep took the expected number of ticks"
     assert sum(calls["count"].count.values()) == 0, "no per-queue count"
     # the queues were listed once for the sweep (one call per shard), not per tick
-    assert all(n == 1 for n in calls["queue_names"].count.values())
+    assert set(calls["queue_names"].count.values()) == {1}
     snapshot, refreshed_at = depth.snapshot()
     assert refreshed_at > 0
     assert {q for q, _, _ in snapshot} >= set(names)
@@ -68,6 +69,17 @@ def one_depth_tick_reads_its_slice_with_one_call_per_shard(api, names: list[str]
     assert snapshot[(names[-1], "pending", 2)] == 1
     assert snapshot[(names[5], "pending", 1)] == 0
     assert depth.sweep.wait_seconds() < 1.0  # a sweep of several ticks spreads them
+
+
+def janitor_tick(janitor: Janitor, calls) -> int:
+    """One janitor tick: its writes stay within the slice it read; returns claims reclaimed."""
+    marks = {m: len(calls[m].args) for m in calls}
+    reclaimed = janitor.run_tick().reclaimed_to_pending
+    (sliced,) = {tuple(a[0]) for _, a in calls["queue_stats"].args[marks["queue_stats"] :]}
+    assert len(sliced) <= PER_TICK
+    touched = {a[0] for m in WRITES for _, a in calls[m].args[marks[m] :]}
+    assert touched <= set(sliced), "a tick writes only to the queues of its slice"
+    return reclaimed
 
 
 def a_janitor_tick_touches_at_most_its_bound_and_idle_queues_cost_no_write(
@@ -81,21 +93,10 @@ def a_janitor_tick_touches_at_most_its_bound_and_idle_queues_cost_no_write(
     config = JanitorConfig(claim_timeout_seconds=60, queues_per_tick=PER_TICK, interval_seconds=1)
     janitor = Janitor(store, config)
     api.advance(120_000)
-    total = len(store.queue_names())
-    reclaimed = 0
-    ticks = 0
+    expected_ticks = math.ceil(len(store.queue_names()) / PER_TICK)
     with recorded(store, "queue_stats", *WRITES) as calls:
-        while True:
-            marks = {m: len(calls[m].args) for m in calls}
-            reclaimed += janitor.run_tick().reclaimed_to_pending
-            ticks += 1
-            (sliced,) = {tuple(a[0]) for _, a in calls["queue_stats"].args[marks["queue_stats"] :]}
-            assert len(sliced) <= PER_TICK
-            touched = {a[0] for m in WRITES for _, a in calls[m].args[marks[m] :]}
-            assert touched <= set(sliced), "a tick writes only to the queues of its slice"
-            if janitor.sweep.starting or ticks > total:
-                break
-    assert ticks == math.ceil(total / PER_TICK)
+        reclaimed = sum(janitor_tick(janitor, calls) for _ in range(expected_ticks))
+    assert janitor.sweep.starting, "the sweep took the expected number of ticks"
     assert reclaimed == len(busy)
     written = {a[0] for m in WRITES for _, a in calls[m].args}
     assert written == set(busy), "idle queues cost no write"
