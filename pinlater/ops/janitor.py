@@ -92,19 +92,25 @@ class Janitor:
         queues are listed again and interrupted deletes finished."""
         counts = JanitorCounts()
         if self.sweep.starting:
-            try:
-                self._queues = sorted(self.store.queue_names())
-            except PinLaterError as exc:
-                log.warning("janitor: cannot list queues, tick skipped: %s", exc)
-                counts.shard_errors += 1
-                return counts
-            for name in self._healthy():
-                self._finish_deletes(name)
+            self._queues = self._list_queues(counts)
         batch = self.sweep.next_slice(self._queues)
         if batch:
             for name in self._healthy():
                 self._clean_shard(name, batch, counts)
         return self._logged(counts)
+
+    def _list_queues(self, counts: JanitorCounts) -> list[str]:
+        """The queues of every healthy shard (a shard that fails to list is skipped, as in
+        run_once), after finishing the shard's interrupted deletes."""
+        queues: set[str] = set()
+        for name in self._healthy():
+            self._finish_deletes(name)
+            try:
+                queues |= self.store.call(name, lambda s: s.queue_names())
+            except PinLaterError as exc:
+                counts.shard_errors += 1
+                log.warning("janitor: shard %s skipped this sweep: %s", name, exc)
+        return sorted(queues)
 
     def _healthy(self) -> list[str]:
         return [n for n in self.store.shard_names() if self.store.health.is_healthy(n)]
