@@ -32,13 +32,13 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backends.sql_base import QueryBook, SQLDialect, SQLShard
+from backends.sql_base import QueryBook, SQLDialect, SQLShard, StatsTables
 from backends.sqlite_writer import GroupCommit
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
 from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
@@ -302,6 +302,24 @@ class SQLiteShard(SQLShard):
 
     def _key_table(self, cur: Any, queue: str) -> tuple[str, ...]:
         return (_key_table_name(self._queue_id(cur, queue)),)
+
+    def _stats_tables(self, cur: Any, queues: Sequence[str]) -> dict[str, StatsTables]:
+        wanted = set(queues)
+        ids = {
+            name: queue_id
+            for queue_id, name in cur.execute(self.queries.render("queue_list"))
+            if name in wanted
+        }
+        existing = {row[0] for row in cur.execute(self.queries.render("job_tables"))}
+        found: dict[str, StatsTables] = {}
+        for name, queue_id in ids.items():
+            tables = {p: f"q{queue_id}_p{p}" for p in range(1, self.limits.num_priorities + 1)}
+            keys = _key_table_name(queue_id)
+            found[name] = (
+                {p: (table,) for p, table in tables.items() if table in existing},
+                (keys,) if keys in existing else None,
+            )
+        return found
 
     def _queue_id(self, cur: sqlite3.Cursor, queue: str) -> int:
         row = cur.execute(self.queries.render("queue_id"), {"name": queue}).fetchone()
