@@ -71,6 +71,8 @@ class _ShardSet:
 
     shards: dict[str, Shard]
     specs: dict[str, ShardSpec]
+    #: shards retired with their jobs: named in errors, never called
+    retired: frozenset[str] = frozenset()
 
 
 class ShardedBackend:
@@ -90,6 +92,7 @@ class ShardedBackend:
         retries: int = 2,
         unhealthy_after_failures: int = 3,
         rng: random.Random | None = None,
+        retired: Iterable[str] = (),
     ):
         self.backend = backend
         self.num_priorities = num_priorities
@@ -98,7 +101,9 @@ class ShardedBackend:
         self._rng = rng or random.Random()
         self._reload_lock = threading.Lock()
         self._set = _ShardSet(
-            {s.name: backend.open_shard(s) for s in specs}, {s.name: s for s in specs}
+            {s.name: backend.open_shard(s) for s in specs},
+            {s.name: s for s in specs},
+            frozenset(retired),
         )
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="shard-fanout")
 
@@ -114,6 +119,11 @@ class ShardedBackend:
         try:
             return self._set.shards[name]
         except KeyError:
+            if name in self._set.retired:
+                raise InvalidRequest(
+                    f"job descriptor names shard {name!r}, retired with its jobs "
+                    "(retired_with_jobs in the shard map): its jobs are no longer served"
+                ) from None
             raise InvalidRequest(f"job descriptor names unknown shard {name!r}") from None
 
     def enqueue_candidates(self) -> list[str]:
@@ -124,39 +134,69 @@ class ShardedBackend:
             if not spec.dequeue_only and self.health.is_healthy(name)
         ]
 
-    def reload(self, specs: Sequence[ShardSpec]) -> None:
+    def reload(self, specs: Sequence[ShardSpec], retired: Iterable[str] = ()) -> None:
         """Switch to a new shard map without a restart: reuse shards whose connection settings
-        are unchanged (only dequeue_only may differ), open new ones, create every known queue on
-        them, then close the removed ones. Raises (keeping the old map) if a new shard fails."""
+        are unchanged (only dequeue_only may differ), open new (or repointed) ones and create
+        every known queue on them, then close the removed ones. Only healthy shards are asked
+        for the queue list, and only when a shard is new: a removed or repointed shard whose
+        storage is down is never called. Raises (keeping the old map) if a new shard fails.
+        Whether dropping a shard loses jobs is the caller's check (`pinlater.ops.retire`)."""
+        retired = frozenset(retired)
         with self._reload_lock:
             old = self._set
-            queues = self.queue_names() if old.shards else set()
-            shards: dict[str, Shard] = {}
-            opened: list[Shard] = []
-            try:
-                for spec in specs:
-                    current = old.specs.get(spec.name)
-                    if current is not None and current.connection_key() == spec.connection_key():
-                        shards[spec.name] = old.shards[spec.name]
-                        continue
-                    shard = self.backend.open_shard(spec)
-                    opened.append(shard)
-                    shards[spec.name] = shard
-                    for queue in sorted(queues):
-                        shard.create_queue(queue)
-            except Exception:
-                for shard in opened:
-                    shard.close()
-                raise
-            self._set = _ShardSet(shards, {s.name: s for s in specs})
+            reused = _reusable(old, specs)
+            fresh = [s for s in specs if s.name not in reused]
+            queues = self._known_queues() if fresh and old.shards else set()
+            opened = self._open(fresh, queues)
+            shards = {s.name: reused.get(s.name) or opened[s.name] for s in specs}
+            self._set = _ShardSet(shards, {s.name: s for s in specs}, retired)
             for name, shard in old.shards.items():
                 if shards.get(name) is not shard:
                     self.health.forget(name)
                     shard.close()
             log.info(
-                "shard map reloaded: %s",
+                "shard map reloaded: %s%s",
                 ", ".join(f"{s.name}{' (dequeue_only)' if s.dequeue_only else ''}" for s in specs),
+                f"; retired with jobs: {', '.join(sorted(retired))}" if retired else "",
             )
+
+    def _open(self, specs: Sequence[ShardSpec], queues: set[str]) -> dict[str, Shard]:
+        """Open shards with every queue in `queues` created; all or none (closed again)."""
+        opened: dict[str, Shard] = {}
+        try:
+            for spec in specs:
+                shard = opened[spec.name] = self.backend.open_shard(spec)
+                for queue in sorted(queues):
+                    shard.create_queue(queue)
+        except Exception:
+            for shard in opened.values():
+                shard.close()
+            raise
+        return opened
+
+    def _known_queues(self) -> set[str]:
+        """The queues of every healthy shard that answers at once (a reload must neither ask
+        a shard known to be down nor wait on one); logs when none answered."""
+        found: set[str] = set()
+        answered = False
+        for name in self.shard_names():
+            if not self.health.is_healthy(name):
+                continue
+            try:
+                found |= self.call(name, lambda s: s.queue_names(), retries=0)
+                answered = True
+            except ShardConnectionFailed as exc:
+                log.warning("shard map reload: shard %s did not list its queues: %s", name, exc)
+        if not answered:
+            log.warning(
+                "shard map reload: no shard listed the queues; new shards get each queue "
+                "from its next createQueue"
+            )
+        return found
+
+    def retired_shards(self) -> frozenset[str]:
+        """Shards retired with their jobs (`retired_with_jobs` in the shard map)."""
+        return self._set.retired
 
     def probe_unhealthy(self) -> list[str]:
         """Ping every unhealthy shard once; return the names that came back."""
@@ -643,6 +683,15 @@ class _DequeueRun:
         ):
             raise failure
         return self.got
+
+
+def _reusable(old: _ShardSet, specs: Sequence[ShardSpec]) -> dict[str, Shard]:
+    """The open shards of `old` that `specs` keeps on the same storage."""
+    return {
+        s.name: old.shards[s.name]
+        for s in specs
+        if s.name in old.specs and old.specs[s.name].connection_key() == s.connection_key()
+    }
 
 
 def scan_continuation(descriptor: JobDescriptor, record: JobRecord) -> str:
