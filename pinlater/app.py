@@ -28,6 +28,7 @@ from pinlater.ops.maintenance import ShardMaintenance, ShardMapWatcher
 from pinlater.ops.metrics import Metrics, drain_gauges, live_gauges
 from pinlater.ops.observer import OperatingObserver
 from pinlater.ops.periodic import Periodic
+from pinlater.ops.placement_check import PlacementCheck
 from pinlater.ops.queue_settings import CHECK_INTERVAL_SECONDS, QueueConfigWatcher, check_files
 from pinlater.ops.queue_slots import QueueSlots
 from pinlater.ops.rate_limiter import QueueRateLimiter
@@ -136,12 +137,13 @@ class App:
         self.queue_config = QueueConfigWatcher(
             config.queue_config,
             config.server_set_file,
-            on_change=self.settings.file_changed,
+            on_change=self._queue_config_changed,
             on_error=lambda kind: self.metrics.reload_errors.labels(kind).inc(),
         )
         self.rates = JobRates(config.dashboard.rate_sample_seconds, config.dashboard.rate_samples)
         self.shard_jobs = ShardJobCounts(self.store, config.metrics.depth_count_cap)
         self.drain = DrainProgress(self.store, config.metrics.depth_count_cap)
+        self.placement_check = PlacementCheck(self.store)
         self.shard_map_watcher = self._shard_map_watcher()
         self.admission = Admission(
             config.admission.max_concurrent_requests,
@@ -170,6 +172,10 @@ class App:
                 lambda: watcher is not None and watcher.pending,
             )
         )
+
+    def _queue_config_changed(self, config, servers: int) -> None:
+        self.store.placement.configure(config.partitions())
+        self.settings.file_changed(config, servers)
 
     def _observe_call(self, shard: str, seconds: float, ok: bool) -> None:
         self.metrics.shard_call(shard, seconds, ok)
@@ -216,6 +222,12 @@ class App:
             "shard-maintenance",
             self.config.sharding.probe_interval_seconds,
             ShardMaintenance(self.store, self.shard_map_watcher).run_once,
+        )
+        self._every(
+            "placement-check",
+            self.config.sharding.placement_check_seconds,
+            self.placement_check.run_once,
+            at_start=True,
         )
         self._every(
             "shard-drain",

@@ -151,6 +151,8 @@ class ShardingConfig:
     probe_interval_seconds: float = field(default=2.0, metadata=_range(0.05, 3600))
     #: a shard map that was not applied (refused or failed) is retried this often
     shard_map_retry_seconds: float = field(default=10.0, metadata=_range(0.05, 3600))
+    #: how often the shards outside each partitioned queue's placement are checked for jobs
+    placement_check_seconds: float = field(default=10.0, metadata=_range(0.05, 86_400))
     #: how often the unfinished jobs of dequeue_only (draining) shards are counted
     drain_count_interval_seconds: float = field(default=10.0, metadata=_range(0.05, 86_400))
 

@@ -44,6 +44,7 @@ from pinlater.storage.models import (
     NewJob,
     ScanBound,
 )
+from pinlater.storage.placement import Placement
 from pinlater.storage.unique_keys import owner_shard
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,9 @@ class ShardedBackend:
             frozenset(retired),
         )
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="shard-fanout")
+        #: which shards each partitioned queue lives on (pinlater/storage/placement.py)
+        self.placement = Placement()
+        self.placement.shards_changed(specs)
 
     # ---------------------------------------------------------------- shard set
 
@@ -126,13 +130,22 @@ class ShardedBackend:
                 ) from None
             raise InvalidRequest(f"job descriptor names unknown shard {name!r}") from None
 
-    def enqueue_candidates(self) -> list[str]:
-        """Shards that may take enqueues now: healthy and not dequeue_only."""
+    def enqueue_candidates(self, queue: str | None = None) -> list[str]:
+        """Shards that may take enqueues now: healthy and not dequeue_only (and, with a
+        `queue` that has partitions, one of them)."""
+        placed = None if queue is None else self.placement.targets(queue)
         return [
             name
             for name, spec in self._set.specs.items()
-            if not spec.dequeue_only and self.health.is_healthy(name)
+            if not spec.dequeue_only
+            and self.health.is_healthy(name)
+            and (placed is None or name in placed)
         ]
+
+    def read_shards(self, queue: str) -> list[str]:
+        """The shards that may hold jobs of `queue` (every shard unless it has partitions)."""
+        names = self.placement.read_shards(queue)
+        return self.shard_names() if names is None else list(names)
 
     def reload(self, specs: Sequence[ShardSpec], retired: Iterable[str] = ()) -> None:
         """Switch to a new shard map without a restart: reuse shards whose connection settings
@@ -150,6 +163,7 @@ class ShardedBackend:
             opened = self._open(fresh, queues)
             shards = {s.name: reused.get(s.name) or opened[s.name] for s in specs}
             self._set = _ShardSet(shards, {s.name: s for s in specs}, retired)
+            self.placement.shards_changed(specs)
             for name, shard in old.shards.items():
                 if shards.get(name) is not shard:
                     self.health.forget(name)
@@ -315,7 +329,7 @@ class ShardedBackend:
         tried: set[str] = set()
         last: ShardConnectionFailed | None = None
         for _ in range(1 + self._retries):
-            candidates = self.enqueue_candidates()
+            candidates = self.enqueue_candidates(queue)
             if not candidates:
                 break
             name = self._rng.choice([n for n in candidates if n not in tried] or candidates)
@@ -379,7 +393,12 @@ class ShardedBackend:
     def _key_parts(self, queue: str, jobs: Sequence[NewJob]) -> dict[str, list[int]]:
         """shard -> indexes of its jobs, shards in the order their first keyed job comes; the
         jobs without a key join the last shard."""
-        owners = [name for name, spec in self._set.specs.items() if not spec.dequeue_only]
+        placed = self.placement.targets(queue)
+        owners = [
+            name
+            for name, spec in self._set.specs.items()
+            if not spec.dequeue_only and (placed is None or name in placed)
+        ]
         if not owners:
             raise NoHealthyShards(
                 "Unable to find healthy shard: no shard accepts enqueues (all are dequeue_only)"
@@ -420,7 +439,7 @@ class ShardedBackend:
         with its first dequeue in one call (`Shard.ack_and_dequeue`: one round trip on Redis);
         if that call fails, the acks are applied on their own (an error there is the caller's)
         and the dequeue goes on as usual."""
-        names = self._examined(coverage)
+        names = self._examined(coverage, self.placement.dequeue_shards(queue))
         healthy = [n for n in names if self.health.is_healthy(n)]
         claim = None if dry_run else new_claim(source)
         lead = self._piggyback_lead(queue, acks, healthy, claim)  # applies acks that can't ride
@@ -439,10 +458,11 @@ class ShardedBackend:
             run.sweep(priority, healthy)
         return run.result(healthy)
 
-    def _examined(self, coverage: float) -> list[str]:
-        """The shards a dequeue examines: a random `coverage` share of them (rounded half up,
-        at least one), in random order."""
-        names = self.shard_names()
+    def _examined(self, coverage: float, among: Sequence[str] | None = None) -> list[str]:
+        """The shards a dequeue examines: a random `coverage` share of them (of `among`, the
+        queue's placement and holders, when it has partitions; rounded half up, at least
+        one), in random order."""
+        names = self.shard_names() if among is None else list(among)
         self._rng.shuffle(names)
         return names[: max(1, int(len(names) * coverage + 0.5))]
 
@@ -533,7 +553,7 @@ class ShardedBackend:
     ) -> int:
         priorities = self._priorities(priority)
         counts = self._fan_out(
-            self.shard_names(),
+            self.read_shards(queue),
             lambda s: s.count(queue, state, priorities, future, cap, body_filter),
         )
         return min(sum(counts.values()), cap)
@@ -555,7 +575,7 @@ class ShardedBackend:
         cursor = _parse_continuation(continuation)
         priorities = self._priorities(priority)
         pages = self._fan_out(
-            self.shard_names(),
+            self.read_shards(queue),
             lambda s: s.scan(
                 queue,
                 state,
@@ -582,22 +602,26 @@ class ShardedBackend:
     def retry_failed(
         self, queue: str, priority: int, attempts: int, run_after_ms: int | None, limit: int
     ) -> int:
+        self.placement.reopened(queue)  # before: a dequeue must not miss what it moves
         return self._sequential(
-            lambda s, left: s.retry_failed(queue, priority, attempts, run_after_ms, left), limit
+            lambda s, left: s.retry_failed(queue, priority, attempts, run_after_ms, left),
+            limit,
+            self.read_shards(queue),
         )
 
     def delete_jobs(
         self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
     ) -> int:
         return self._sequential(
-            lambda s, left: s.delete_jobs(queue, state, priority, left, body_filter), limit
+            lambda s, left: s.delete_jobs(queue, state, priority, left, body_filter),
+            limit,
+            self.read_shards(queue),
         )
 
     # ---------------------------------------------------------------- helpers
 
-    def _sequential(self, op: Callable[[Shard, int], int], limit: int) -> int:
-        """Run `op` shard by shard in random order with the limit still left."""
-        names = self.shard_names()
+    def _sequential(self, op: Callable[[Shard, int], int], limit: int, names: list[str]) -> int:
+        """Run `op` on shards `names` one by one in random order with the limit still left."""
         self._rng.shuffle(names)
         left = limit
         for name in names:
