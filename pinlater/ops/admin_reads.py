@@ -164,6 +164,7 @@ class AdminReads:
         out = self._queue_summary(queue, _counts_from(counts, queue, ctx.levels), True)
         out["counts_live"] = live
         out["oldest_pending"] = self._oldest_pending(queue)
+        out["placement"] = _placement_json(ctx.store, queue)
         return out
 
     def _queue_summary(self, queue: str, counts, with_series: bool) -> dict[str, Any]:
@@ -308,6 +309,20 @@ class AdminReads:
             "batch_size": config.batch_size,
             **self.ctx.janitor.report(),
         }
+
+
+def _placement_json(store: ShardedBackend, queue: str) -> dict[str, Any] | None:
+    """Where a queue with `partitions` lives: its shards, and the others still read because
+    they may hold its jobs (None: the queue lives on every shard)."""
+    placement = store.placement.snapshot().get(queue)
+    if placement is None:
+        return None
+    return {
+        "partitions": placement.partitions,
+        "shards": list(placement.placed),
+        "draining": sorted(placement.held),
+        "draining_open": sorted(placement.active),
+    }
 
 
 def _dry_run_dequeue(queue: str, priority: int):

@@ -347,9 +347,11 @@ class ShardedBackend:
             raise EnqueueRejected(f"storage full: {last.message}")
         if last is not None:
             raise last
+        placed = self.placement.targets(queue)
         raise NoHealthyShards(
             "Unable to find healthy shard: no shard accepts enqueues (all are "
             "unhealthy or dequeue_only)"
+            + ("" if placed is None else f"; queue {queue} lives on {', '.join(placed) or '-'}")
         )
 
     def enqueue_keyed(

@@ -8,13 +8,16 @@ import time
 
 import yaml
 
+from pinlater.common.passwords import hash_password
 from pinlater.idl import RequestContext
 from pinlater.idl import pinlater_thrift as T
 from pinlater.storage.placement import rendezvous
+from tests.support.admin_http import AdminHttp
 from tests.support.operating import OperatingServer, sample
 
 CTX = RequestContext(source="partitions-test")
 SHARDS = ("1", "2", "3", "4")
+PASSWORD = "partitions-secret"
 
 
 def wait_for(predicate, what: str, timeout: float = 10.0) -> None:
@@ -40,21 +43,38 @@ def shards_of(client, n: int) -> set[str]:
     return shards
 
 
+def placement(api: AdminHttp) -> dict:
+    status, body, _ = api.get("/api/v1/queues/thumbs")
+    assert status == 200, body
+    return body["placement"]
+
+
 def test_partitions_from_the_queue_config_place_the_queue_and_follow_the_file(tmp_path):
     queue_config = tmp_path / "queues.yaml"
     write(queue_config, 1)
     config = {
         "queue_config": str(queue_config),
         "sharding": {"placement_check_seconds": 0.1},
+        "admin": {"password_hash": hash_password(PASSWORD, iterations=1000)},
     }
     with OperatingServer(tmp_path, config, shards=SHARDS) as srv:
         client = srv.client()
         client.createQueue(CTX, "thumbs")
         assert shards_of(client, 30) == set(rendezvous("thumbs", list(SHARDS), 1))
+        [one] = rendezvous("thumbs", list(SHARDS), 1)
+        api = AdminHttp(srv.metrics_url, basic=PASSWORD)
+        wait_for(lambda: placement(api)["draining"] == [], "the first check")
+        assert placement(api)["shards"] == [one]
         write(queue_config, 2)
         two = set(rendezvous("thumbs", list(SHARDS), 2))
         wait_for(lambda: set(srv.app.store.placement.targets("thumbs")) == two, "k=2")
         assert shards_of(client, 40) == two
+        write(queue_config, 1)  # the second partition leaves: read until it is drained
+        wait_for(lambda: placement(api)["shards"] == [one], "k=1 again")
+        [other] = two - {one}
+        assert placement(api)["draining_open"] == [other]
+        write(queue_config, 2)
+        wait_for(lambda: set(srv.app.store.placement.targets("thumbs")) == two, "k=2 again")
         write(queue_config, 0)  # refused: the file keeps k=2
         wait_for(
             lambda: (
