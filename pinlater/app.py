@@ -9,6 +9,7 @@ import functools
 import logging
 import socket
 import time
+from collections.abc import Callable
 
 from backends import backend_class
 from pinlater import config as config_module
@@ -114,7 +115,7 @@ class App:
             on_queue_counts=self._janitor_counts,
             claim_timeout_for=self.settings.claim_timeout_for,
         )
-        self.janitor_activity = JanitorActivity(self.janitor.run_once)
+        self.janitor_activity = JanitorActivity(self.janitor.run_tick)
         self.metrics_server: HttpListener | None = None
         self._threads: list[Periodic] = []
 
@@ -145,7 +146,13 @@ class App:
             PinLater,
             on_refused=lambda kind: self.metrics.admission_refused.labels(kind).inc(),
         )
-        self.depth = DepthCollector(self.store, self.metrics, cap=config.metrics.depth_count_cap)
+        self.depth = DepthCollector(
+            self.store,
+            self.metrics,
+            cap=config.metrics.depth_count_cap,
+            queues_per_tick=config.metrics.depth_queues_per_tick,
+            interval=config.metrics.depth_interval_seconds,
+        )
         self.schedules = schedule_ops.ScheduleRunner(
             self.store,
             # late-bound: a re-read queue config replaces `config`
@@ -200,7 +207,8 @@ class App:
         self.settings.poll()  # stored pauses and limits hold before the first request
         self._every("queue-settings", self.config.admin.settings_poll_seconds, self.settings.poll)
         if self.config.janitor.enabled:
-            self._every("janitor", self.config.janitor.interval_seconds, self.janitor_activity.run)
+            # ticks of `queues_per_tick` queues, spaced so a sweep of all takes the interval
+            self._every("janitor", self.janitor.sweep.wait_seconds, self.janitor_activity.run)
         self._every(
             "shard-maintenance",
             self.config.sharding.probe_interval_seconds,
@@ -244,9 +252,7 @@ class App:
             *self.metrics_server.address,
             ", admin API: /api/v1/, dashboard: /ui/" if self.admin_enabled else "",
         )
-        self._every(
-            "queue-depth", metrics.depth_interval_seconds, self.depth.refresh, at_start=True
-        )
+        self._every("queue-depth", self.depth.sweep.wait_seconds, self.depth.tick, at_start=True)
         if self.admin_enabled:
             dashboard = config.dashboard
             self._every("job-rates", dashboard.rate_sample_seconds, self._sample_rates)
@@ -295,7 +301,9 @@ class App:
         known = {queue for queue, _, _ in snapshot} if refreshed_at else None
         self.rates.sample(known)
 
-    def _every(self, name: str, interval: float, duty, at_start: bool = False) -> None:
+    def _every(
+        self, name: str, interval: float | Callable[[], float], duty, at_start: bool = False
+    ) -> None:
         self._threads.append(
             Periodic(
                 name,
