@@ -186,6 +186,9 @@ class Dashboard:
 
     def _check_post(self, request: Request, principal: Principal | None, public: bool) -> None:
         origin = request.headers.get("Origin")
+        # "null" is what a browser sends for this server's own forms: every page is served
+        # with Referrer-Policy: no-referrer, which makes form POSTs carry `Origin: null`. The
+        # CSRF token (and the SameSite=Strict cookie) still stand for every action.
         if origin is not None and origin != "null" and not same_origin(origin, request):
             raise AuthError(403, "forbidden_origin", f"cross-origin request from {origin!r}")
         if public:
