@@ -122,6 +122,23 @@ class Storage:
         ]
         return {"kind": "mysql", "shards": shards}
 
+    def call_bound_seconds(self) -> float:
+        """The longest one storage call to a silent shard takes to fail, from the timeouts in
+        the shard entries: a new connection's handshake, then one command or statement (the
+        server reopens nothing inside a failing call)."""
+        shards = self.backend_section()["shards"]
+        if self.kind == "redis":
+            return max(
+                s["socket_connect_timeout_seconds"] + s["socket_timeout_seconds"] for s in shards
+            )
+        if self.kind == "mysql":
+            return max(
+                s["connect_timeout_seconds"]
+                + max(s["read_timeout_seconds"], s["write_timeout_seconds"])
+                for s in shards
+            )
+        raise ValueError(f"{self.kind} shards have no network timeouts")
+
     def kill(self, i: int) -> None:
         """kill -9 instance i (by its PID)."""
         self.servers[i].kill()
