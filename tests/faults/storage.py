@@ -76,15 +76,7 @@ class Storage:
             mysql_env.require_mariadb()
             shutil.copytree(mysql_template(), base / "data")
             server = mysql_env.MariaDBServer(base, flush_log_at_trx_commit=1 if self.durable else 0)
-        for attempt in range(3):  # a probed free port can be taken before the bind
-            try:
-                return server.start()
-            except RuntimeError:
-                server.kill()
-                if attempt == 2:
-                    raise
-                server.port = redis_env.free_port()
-        raise AssertionError("unreachable")
+        return server.start_on_a_free_port()
 
     def port(self, i: int) -> int:
         return self.proxies[i].port if self.proxied else self.servers[i].port
