@@ -42,6 +42,8 @@ from backends.mysql_pool import (
     InstancePool,
     InstanceSettings,
     ServerInfo,
+    commit,
+    end_failed,
     lock_wait_seconds,
     translate,
 )
@@ -339,13 +341,14 @@ class MySQLShard(SQLShard):
                 if read_only:  # one snapshot for every statement (sessions are READ COMMITTED)
                     cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 conn.begin()
-                yield cur
-                conn.commit()
+                with cur.no_failover():  # a lost connection is not reopened inline (end_failed)
+                    yield cur
+                commit(conn)
             except pymysql.err.Error as exc:
-                _rollback(conn)
+                end_failed(conn)
                 raise self._translate(exc) from exc
             except BaseException:
-                _rollback(conn)
+                end_failed(conn)
                 raise
             finally:
                 cur.close()
@@ -638,10 +641,3 @@ def _packet_chunks(rows: list[dict[str, Any]], budget: int) -> Iterator[list[dic
         size += row_size
     if chunk:
         yield chunk
-
-
-def _rollback(conn: Any) -> None:
-    try:
-        conn.rollback()
-    except Exception:  # noqa: BLE001 - the connection is reported with the original error
-        pass
