@@ -19,7 +19,7 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 
 from pinlater.errors import PinLaterError, QueueNotFound, ShardConnectionFailed
-from pinlater.ops.metrics import GaugeCollector, Metrics
+from pinlater.ops.metrics import NO_QUEUE, GaugeCollector, Metrics
 from pinlater.ops.sweep import Sweep
 from pinlater.storage.models import JobState, QueueStats
 
@@ -161,7 +161,13 @@ class DepthCollector:
             f"jobs by queue, state and priority (capped at {self.cap})",
             labels=["queue", "state", "priority"],
         )
-        for (queue, state, priority), value in sorted(self._snapshot.items()):
+        labelled: Counts = {}  # queues past metrics.max_queues add up under one label
+        label = self.metrics.queues.label
+        for (queue, state, priority), value in self._snapshot.items():
+            name = label(queue)
+            if name != NO_QUEUE:  # a queue forgotten meanwhile
+                labelled[(name, state, priority)] = labelled.get((name, state, priority), 0) + value
+        for (queue, state, priority), value in sorted(labelled.items()):
             depth.add_metric([queue, state, str(priority)], value)
         stamp = GaugeMetricFamily(
             "pinlater_queue_jobs_refreshed_timestamp_seconds",
