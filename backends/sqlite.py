@@ -405,16 +405,23 @@ class SQLiteShard(SQLShard):
         with self._transaction("BEGIN", conn) as cur:
             tables = self._tables_of(cur, queue_id)
         for table in tables:
-            with self._transaction("BEGIN IMMEDIATE", conn) as cur:
+            with self._free_step(conn) as cur:
                 params = {"table": table}
                 indexes = [n for (n,) in cur.execute(self.queries.render("table_indexes"), params)]
                 for index in indexes:
                     cur.execute(self.queries.render("drop_index", index=(index,)))
             self._empty(conn, table)
-        with self._transaction("BEGIN IMMEDIATE", conn) as cur:
+        with self._free_step(conn) as cur:
             for table in self._tables_of(cur, queue_id):
                 cur.execute(self.queries.render("drop_job_table", table=(table,)))
             cur.execute(self.queries.render("deleted_forget"), {"queue_id": queue_id})
+
+    @contextmanager
+    def _free_step(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Cursor]:
+        """One write transaction of a stepped free on its own connection (for secure_delete),
+        ordered with this process's group-committed writers by their lock."""
+        with self._writer.exclusive(), self._transaction("BEGIN IMMEDIATE", conn) as cur:
+            yield cur
 
     def _tables_of(self, cur: sqlite3.Cursor, queue_id: int) -> list[str]:
         own = re.compile(rf"q{queue_id}_p[0-9]+|{_key_table_name(queue_id)}", re.ASCII)
@@ -429,7 +436,7 @@ class SQLiteShard(SQLShard):
         sql = self.queries.render("delete_rows_step", table=(table,))
 
         def step(size: int) -> int:
-            with self._transaction("BEGIN IMMEDIATE", conn) as cur:
+            with self._free_step(conn) as cur:
                 return cur.execute(sql, {"limit": size}).rowcount
 
         in_steps(None, step, pause=self._between_steps, size=FREE_STEP)

@@ -39,6 +39,7 @@ from pinlater.ops.shard_stats import ShardStats
 from pinlater.server.admin_api import AdminApi
 from pinlater.server.admin_auth import AdminAuth
 from pinlater.server.admission import Admission
+from pinlater.server.dashboard import Dashboard
 from pinlater.server.http import HttpListener, Routes, health_report
 from pinlater.server.listen import bind
 from pinlater.storage.sharded import ShardedBackend
@@ -236,7 +237,7 @@ class App:
             ssl_context = server_context(tls.cert_file, tls.key_file)
         self.metrics_server = HttpListener(
             sock or bind(metrics.host, metrics.port),
-            Routes(self.metrics.registry, self.health, self._admin_api()),
+            Routes(self.metrics.registry, self.health, *self._admin_web()),
             threads=metrics.http_threads,
             max_waiting=metrics.http_max_waiting,
             request_timeout=metrics.http_request_timeout_seconds,
@@ -249,7 +250,7 @@ class App:
             "metrics on %s://%s:%d/metrics (health: /health%s)",
             scheme,
             *self.metrics_server.address,
-            ", admin API: /api/v1/" if self.admin_enabled else "",
+            ", admin API: /api/v1/, dashboard: /ui/" if self.admin_enabled else "",
         )
         self._every("queue-depth", self.depth.sweep.wait_seconds, self.depth.tick, at_start=True)
         if self.admin_enabled:
@@ -262,9 +263,11 @@ class App:
                 at_start=True,
             )
 
-    def _admin_api(self) -> AdminApi | None:
+    def _admin_web(self) -> tuple[AdminApi | None, Dashboard | None]:
+        """The admin API and the dashboard over it (one session store, one password guard),
+        or (None, None) when the admin password is not configured."""
         if not self.admin_enabled or self.handler.passwords is None:
-            return None
+            return None, None
         config = self.config
         ctx = AdminContext(
             config=config,
@@ -285,11 +288,12 @@ class App:
             config.admin,
             on_check=lambda outcome: self.metrics.admin_logins.labels(outcome).inc(),
         )
-        return AdminApi(
-            AdminReads(ctx),
-            AdminActions(ctx, self.handler.passwords, self.metrics),
-            auth,
-            read_only=config.dashboard.read_only,
+        reads = AdminReads(ctx)
+        actions = AdminActions(ctx, self.handler.passwords, self.metrics)
+        read_only = config.dashboard.read_only
+        return (
+            AdminApi(reads, actions, auth, read_only=read_only),
+            Dashboard(reads, actions, auth, read_only=read_only),
         )
 
     def _sample_rates(self) -> None:
