@@ -80,15 +80,6 @@ class DepthCollector:
         if self.sweep.starting:  # that slice ended the sweep
             self._refreshed_at = time.time()
 
-    def refresh(self) -> None:
-        """A whole sweep at once, slice by slice (tests, and the admin API's first look)."""
-        if not self._list_queues():
-            return
-        per_tick = self.sweep.per_tick
-        for start in range(0, len(self._queues), per_tick):
-            self._refresh(self._queues[start : start + per_tick])
-        self._refreshed_at = time.time()
-
     def _list_queues(self) -> bool:
         try:
             queues = sorted(self.store.queue_names())
