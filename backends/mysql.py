@@ -248,6 +248,9 @@ class MySQLShard(SQLShard):
     def _require_queue(self, cur: Any, queue: str) -> None:
         self._run(cur, "queue_probe", self._job_table(cur, queue, 1), {}).fetchall()
 
+    #: one round trip reads this many tables' stats (a statement of ~60 KB)
+    stats_tables_per_statement = 50
+
     def _stats_tables(self, cur: Any, queues: Sequence[str]) -> dict[str, StatsTables]:
         wanted = set(queues)
         pattern = self._db_prefix.replace("_", "\\_") + "%"

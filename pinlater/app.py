@@ -125,7 +125,7 @@ class App:
 
     def _build_operating(self, config: Config) -> None:
         """Metrics, per-queue rate limits (queue config + ServerSet) and admission caps."""
-        self.metrics = Metrics()
+        self.metrics = Metrics(config.metrics.max_queues)
         self.shard_stats = ShardStats()
         self.store.call_observer = self.metrics.shard_call
         if self.admin_enabled:  # the admin API's shard view: recent latencies and errors

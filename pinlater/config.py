@@ -236,6 +236,9 @@ class MetricsConfig:
     #: queues one depth tick reads (one call per shard); ticks are spread so that each queue
     #: is read once per depth_interval_seconds
     depth_queues_per_tick: int = field(default=200, metadata=_range(1, 1000))
+    #: queues with series of their own in /metrics (0: every queue); the others are counted
+    #: together under queue="(other)", so /metrics stays bounded however many queues exist
+    max_queues: int = field(default=0, metadata=_range(0, 1_000_000))
     #: threads that serve the HTTP listener (/metrics, /health, /api/v1); a connection that
     #: finds them all busy and `http_max_waiting` connections waiting is closed at once
     http_threads: int = field(default=8, metadata=_range(1, 256))
