@@ -82,6 +82,7 @@ class App:
             num_priorities=config.priorities.levels,
             retries=config.sharding.retries,
             unhealthy_after_failures=config.sharding.unhealthy_after_failures,
+            empty_partition_ttl=config.sharding.empty_partition_ttl_seconds,
         )
         self.started = time.monotonic()
         self.started_at = time.time()

@@ -94,6 +94,13 @@ class ServerConfig:
     worker_threads: int = field(default=32, metadata=_range(1, 4096))
     #: on SIGTERM/SIGINT, in-flight requests get this long to finish
     shutdown_grace_seconds: float = field(default=10.0, metadata=_range(0, 3600))
+    #: the longest a long-poll dequeue (PinLaterDequeueRequest.waitMillis) is held when no
+    #: job is eligible; a longer wait is capped to it. 0 turns long-poll off (answers at once)
+    max_dequeue_wait_ms: int = field(default=20_000, metadata=_range(0, 600_000))
+    #: the longest interval between two checks of a queue with parked dequeues for jobs this
+    #: server did not see arrive (enqueued through another server, delayed jobs): one storage
+    #: call per shard per check, backing off from 100 ms to this
+    long_poll_check_max_ms: int = field(default=1000, metadata=_range(100, 1000))
     tls: TlsConfig = TlsConfig()
 
 
@@ -148,6 +155,10 @@ class ShardingConfig:
     unhealthy_after_failures: int = field(default=3, metadata=_range(1, 1000))
     #: how often unhealthy shards are probed (and the shard map file is checked)
     probe_interval_seconds: float = field(default=2.0, metadata=_range(0.05, 3600))
+    #: a (queue, shard, priority) a dequeue found empty is skipped by later dequeues until a
+    #: change to it is seen (enqueue, failure ack, retry, the long-poll checks) or this long
+    #: passed; 0 = always ask every partition
+    empty_partition_ttl_seconds: float = field(default=2.0, metadata=_range(0, 60))
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,8 @@ def run(config: Config, sock: socket.socket, metrics_sock: socket.socket | None 
         log.exception("pinlater-server: cannot start")
         return _abandon_start(app, sock, metrics_sock)
     app.attach_server(server)
+    if app.handler.longpoll is not None:
+        server.drain_hooks.append(app.handler.longpoll.release_all)
     install_signal_handlers(server)
     log.info("%s", describe(config, app, server.address))
     try:

@@ -201,7 +201,7 @@ class Connection:
         slots = self.server.worker_slots
         slots.get()
         try:
-            return self.server.dispatcher.dispatch(payload)[1]
+            return self.server.dispatcher.dispatch(payload, self.send_reply)[1]
         finally:
             slots.put(None)
 

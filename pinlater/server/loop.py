@@ -167,6 +167,8 @@ class Server:
         self._lock = threading.Lock()
         self._conns: set[Connection] = set()
         self._per_peer: dict[str, int] = {}
+        #: called by the selector thread when the drain begins (answer parked requests)
+        self.drain_hooks: list[Callable[[], None]] = []
         self.reactor = Reactor(self, sock)
         raise_fd_limit(settings.max_connections + settings.connection_threads + 256)
 

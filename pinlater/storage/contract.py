@@ -187,6 +187,14 @@ class Shard(abc.ABC):
         and returned; the rest stay as they were, and bodies of jobs left out are not read."""
 
     @abc.abstractmethod
+    def next_due_ms(self, queue: str) -> int | None:
+        """Milliseconds from the shard's now until its earliest PENDING job of `queue` (any
+        priority) becomes eligible: 0 when one is eligible now, None when the queue holds no
+        PENDING job here. Read-only, one round trip (one read snapshot); the long-poll watcher
+        (pinlater/storage/watch.py) asks this instead of dequeuing on behalf of parked
+        requests, so an idle queue costs one call per poll whatever the number of waiters."""
+
+    @abc.abstractmethod
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         """Apply acks whose job is IN_PROGRESS and whose claim matches; return how many applied."""
 

@@ -32,6 +32,7 @@ from pinlater.errors import (
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import Backend, BodyFilter, ByteBudget, Shard, ShardSpec
 from pinlater.storage.descriptors import MAX_LOCAL_ID, JobDescriptor
+from pinlater.storage.empty_partitions import EmptyPartitions
 from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
 from pinlater.storage.health import ShardHealth
 from pinlater.storage.models import (
@@ -44,6 +45,7 @@ from pinlater.storage.models import (
     NewJob,
     ScanBound,
 )
+from pinlater.storage.signals import QueueSignals
 from pinlater.storage.unique_keys import owner_shard
 
 log = logging.getLogger(__name__)
@@ -90,8 +92,14 @@ class ShardedBackend:
         retries: int = 2,
         unhealthy_after_failures: int = 3,
         rng: random.Random | None = None,
+        empty_partition_ttl: float = 0.0,
     ):
+        """`empty_partition_ttl` (seconds; 0 = off): how long a (queue, shard, priority) a
+        dequeue found empty is skipped at most (pinlater/storage/empty_partitions.py)."""
         self.backend = backend
+        #: what makes parked dequeues look again (pinlater/storage/signals.py)
+        self.signals = QueueSignals()
+        self.empty = EmptyPartitions(empty_partition_ttl)
         self.num_priorities = num_priorities
         self._retries = retries
         self.health = ShardHealth(unhealthy_after_failures)
@@ -180,6 +188,21 @@ class ShardedBackend:
         """Move every shard's clock (tests and drills; the storage clock stays authoritative)."""
         for shard in self._set.shards.values():
             shard.clock_offset_ms += delta_ms
+        self.empty.clear()
+        self.signals.changed_all()
+
+    def jobs_may_be_due(
+        self,
+        queue: str,
+        shards: Sequence[str] | None = None,
+        priorities: Sequence[int] = (),
+        jobs: int = 0,
+    ) -> None:
+        """Something made jobs of `queue` eligible (on `shards`, all when None; at
+        `priorities`, all when empty; `jobs` of them when known): its partitions there are no
+        longer known empty, and parked dequeues look again."""
+        self.empty.forget(queue, shards, priorities)
+        self.signals.changed(queue, jobs)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -254,6 +277,8 @@ class ShardedBackend:
 
     def delete_queue(self, queue: str) -> None:
         self._fan_out(self.shard_names(), lambda s: s.delete_queue(queue))
+        self.empty.forget(queue)
+        self.signals.forget(queue)
 
     def queue_names(self) -> set[str]:
         """Queues on any shard (a queue exists on all shards unless a create was interrupted,
@@ -285,6 +310,7 @@ class ShardedBackend:
                 tried.add(name)
                 last = exc
                 continue
+            self._enqueued(queue, [name], jobs)
             return [
                 JobDescriptor(queue, name, job.priority, local_id)
                 for job, local_id in zip(jobs, ids, strict=True)
@@ -334,7 +360,16 @@ class ShardedBackend:
             for i, done in zip(indexes, outcome, strict=True):
                 found[i] = JobDescriptor(queue, name, done.priority, done.local_id)
                 deduplicated += not done.stored
+            self._enqueued(queue, [name], batch)
         return KeyedEnqueue([d for d in found if d is not None], deduplicated)
+
+    def _enqueued(self, queue: str, shards: Sequence[str], jobs: Sequence[NewJob]) -> None:
+        self.jobs_may_be_due(
+            queue,
+            shards,
+            sorted({job.priority for job in jobs}),
+            sum(1 for job in jobs if job.run_after_ms is None),
+        )
 
     def _key_parts(self, queue: str, jobs: Sequence[NewJob]) -> dict[str, list[int]]:
         """shard -> indexes of its jobs, shards in the order their first keyed job comes; the
@@ -391,6 +426,8 @@ class ShardedBackend:
             healthy.remove(lead)
             healthy.insert(0, lead)
             jobs = self._lead_dequeue(queue, lead, acks, limit, claim, budget)
+            if acks is not None and acks[1]:  # failure acks may have made jobs PENDING
+                self.jobs_may_be_due(queue, [lead])
             if jobs is not None:
                 run.add(lead, jobs, step=(1, lead))
         for priority in range(1, self.num_priorities + 1):
@@ -447,7 +484,11 @@ class ShardedBackend:
             by_shard[name][1].append(ack)
         for name in by_shard:  # first-seen order: the same unknown shard is reported first
             self.shard(name)
-        applied = self._fan_out(by_shard, lambda s: s.ack(queue, *by_shard[s.name]))
+        try:
+            applied = self._fan_out(by_shard, lambda s: s.ack(queue, *by_shard[s.name]))
+        finally:
+            if failed:  # a failure ack may have made its job PENDING again
+                self.jobs_may_be_due(queue, list({name for name, _ in failed}))
         return sum(applied.values())
 
     def checkpoint(self, queue: str, checkpoints: Sequence[tuple[str, Checkpoint]]) -> int:
@@ -455,7 +496,11 @@ class ShardedBackend:
         for name, checkpoint in checkpoints:
             self.shard(name)
             by_shard[name].append(checkpoint)
-        applied = self._fan_out(by_shard, lambda s: s.checkpoint(queue, by_shard[s.name]))
+        try:
+            applied = self._fan_out(by_shard, lambda s: s.checkpoint(queue, by_shard[s.name]))
+        finally:
+            if any(c.move_to_pending for _, c in checkpoints):
+                self.jobs_may_be_due(queue, list(by_shard))
         return sum(applied.values())
 
     def lookup(
@@ -542,9 +587,13 @@ class ShardedBackend:
     def retry_failed(
         self, queue: str, priority: int, attempts: int, run_after_ms: int | None, limit: int
     ) -> int:
-        return self._sequential(
-            lambda s, left: s.retry_failed(queue, priority, attempts, run_after_ms, left), limit
-        )
+        try:
+            return self._sequential(
+                lambda s, left: s.retry_failed(queue, priority, attempts, run_after_ms, left),
+                limit,
+            )
+        finally:
+            self.jobs_may_be_due(queue, None, [priority])
 
     def delete_jobs(
         self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
@@ -590,6 +639,7 @@ class _DequeueRun:
         self.missing: set[str] = set()
         self.failure: ShardConnectionFailed | None = None
         self.taken: set[tuple[int, str]] = set()  # steps already done (with piggy-backed acks)
+        self.empty = store.empty
 
     @property
     def need(self) -> int:
@@ -622,8 +672,13 @@ class _DequeueRun:
 
     def _step(self, priority: int, name: str) -> None:
         queue, need, claim, budget = self.queue, self.need, self.claim, self.budget
+        empty = self.empty
+        if empty.enabled and empty.skip(queue, name, priority):
+            return
+        epoch, started = empty.epoch(queue), empty.clock()
         try:
             jobs = self.store.call(name, lambda s: s.dequeue(queue, priority, need, claim, budget))
+            empty.observed(queue, name, priority, len(jobs), epoch, started)
         except QueueNotFound:
             self.missing.add(name)
             return

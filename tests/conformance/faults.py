@@ -98,3 +98,5 @@ def shift_clocks(store: ShardedBackend, names: Sequence[str], ms: int) -> None:
     """Move the clocks of some shards only (`ShardedBackend.shift_clock` moves them all)."""
     for name in names:
         store.shard(name).clock_offset_ms += ms
+    store.empty.clear()  # as ShardedBackend.shift_clock: what was empty may be due now
+    store.signals.changed_all()
