@@ -61,11 +61,26 @@ class EmptyPartitions:
             if found:
                 return
             self.empty_calls += 1
-            if not self.enabled or self._epochs.get(queue, 0) != epoch:
-                return
-            if self._marks >= MAX_MARKS:
-                self._prune()
-            marks = self._until.setdefault(queue, {})
+            self._mark(queue, shard, (priority,), epoch, started)
+
+    def nothing_due(
+        self, queue: str, shard: str, priorities: Iterable[int], epoch: int, started: float
+    ) -> None:
+        """A check that began at `started` (queue at `epoch`) found no eligible job of `queue`
+        on `shard` at any priority (the long-poll watcher's `next_due_ms`)."""
+        with self._lock:
+            self._mark(queue, shard, tuple(priorities), epoch, started)
+
+    def _mark(
+        self, queue: str, shard: str, priorities: tuple[int, ...], epoch: int, started: float
+    ) -> None:
+        """Under the lock."""
+        if not self.enabled or self._epochs.get(queue, 0) != epoch:
+            return
+        if self._marks >= MAX_MARKS:
+            self._prune()
+        marks = self._until.setdefault(queue, {})
+        for priority in priorities:
             self._marks += (shard, priority) not in marks
             marks[(shard, priority)] = started + self.ttl
 

@@ -108,19 +108,24 @@ class DueWatcher:
 
     def _poll(self, queue: str) -> None:
         store, soonest, ready = self.store, None, []
+        levels = store.num_priorities
         started = self.clock()
         for name in store.shard_names():
             if not store.health.is_healthy(name):
                 continue
             self.polls += 1
+            epoch, checked = store.empty.epoch(queue), store.empty.clock()
             try:
                 due = store.call(name, lambda s: s.next_due_ms(queue), retries=0)
             except PinLaterError:
                 continue  # a failing shard or a deleted queue: parked requests time out
             if due == 0:
                 ready.append(name)
-            elif due is not None:
+                continue
+            if due is not None:
                 soonest = due if soonest is None else min(soonest, due)
+            # nothing eligible there: dequeues need not ask (keeps an idle queue free of them)
+            store.empty.nothing_due(queue, name, range(1, levels + 1), epoch, checked)
         with self._cond:
             watch = self._watched.get(queue)
             if watch is None:
