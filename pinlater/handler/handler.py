@@ -11,7 +11,13 @@ import time
 from collections.abc import Callable
 
 from pinlater.config import Config
-from pinlater.errors import EnqueueRejected, InvalidRequest, PasswordInvalid, PinLaterError
+from pinlater.errors import (
+    DequeueRateLimited,
+    EnqueueRejected,
+    InvalidRequest,
+    PasswordInvalid,
+    PinLaterError,
+)
 from pinlater.handler import validation as check
 from pinlater.handler.body_filter import compile_body_filter
 from pinlater.handler.boundary import rpc, wire_error
@@ -64,10 +70,12 @@ class PinLaterHandler:
         self.room = ReplyRoom(config.server.max_frame_bytes, self.levels)
         self.max_unique_key = self.limits.max_unique_key_length
         self.max_wait_ms = config.server.max_dequeue_wait_ms
+        #: server.role: "enqueue" refuses dequeueJobs, "dequeue" refuses enqueueJobs
+        self.role = config.server.role
         #: parked long-poll dequeues (None when max_dequeue_wait_ms is 0: no request waits)
         self.longpoll: ParkedDequeues | None = None
         signals = getattr(store, "signals", None)  # a test's stand-in store may have none
-        if self.max_wait_ms and signals is not None:
+        if self.max_wait_ms and signals is not None and self.role != "enqueue":
             watcher = DueWatcher(store, max_interval=config.server.long_poll_check_max_ms / 1000)
             self.longpoll = ParkedDequeues(signals, watcher)
 
@@ -110,6 +118,11 @@ class PinLaterHandler:
         self._source(context)
         check.request_present(request)
         queue = self._queue(request.queueName)
+        if self.role == "dequeue":
+            raise EnqueueRejected(
+                "this server runs with server.role dequeue and answers no enqueueJobs: "
+                "send enqueues to the enqueue (or all) servers"
+            )
         jobs = self._list(request.jobs, "jobs", EnqueueRejected)
         if not jobs:
             raise EnqueueRejected("jobs: must hold at least one job")
@@ -144,6 +157,8 @@ class PinLaterHandler:
         source = self._source(context)
         check.request_present(request)
         queue = self._queue(request.queueName)
+        if self.role == "enqueue":
+            self._refuse_dequeue(request, source)
         limit = check.limit(request.limit, self.limits.max_dequeue_limit)
         dry_run = check.flag(request.dryRun, "dryRun")
         coverage = self._coverage(request.coverage)
@@ -165,6 +180,17 @@ class PinLaterHandler:
         )
         deferred = parking.park(waiter, generation)
         return deferred if context_allows_deferred() else deferred.wait()
+
+    def _refuse_dequeue(self, request, source: str) -> None:
+        """An enqueue-role server answers no dequeue: DEQUEUE_RATE_LIMITED naming the role,
+        after applying the piggy-backed acks, as any refused dequeue does
+        (`E-dequeue-rate-limited`)."""
+        if request.jobAckRequest is not None:
+            self._apply_acks(self._ack_request(request.jobAckRequest, source, "jobAckRequest"))
+        raise DequeueRateLimited(
+            "this server runs with server.role enqueue and answers no dequeueJobs: "
+            "send dequeues to the dequeue (or all) servers"
+        )
 
     def _dequeue_once(
         self, queue: str, limit: int, source: str, dry_run: bool, coverage: float, acks

@@ -325,6 +325,10 @@ class Backend(abc.ABC):
     kind: ClassVar[str]
     #: the shard map can change at run time (add/remove shards, flip dequeue_only)
     supports_shard_reload: ClassVar[bool] = False
+    #: a second instance of the kind has connections of its own, which isolates enqueues from
+    #: dequeues (server.role all opens one for enqueues); False where storage serializes
+    #: writers anyway, so more connections would only add lock waits (SQLite's file lock)
+    isolates_connections: ClassVar[bool] = True
     #: options every kind accepts under `backend:`, used or not: the server's `--data-dir` flag
     #: and PINLATER_DATA_DIR set `data_dir` without knowing the kind, so a deployment that sets
     #: them must not break when it switches to a kind without a data directory

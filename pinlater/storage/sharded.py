@@ -73,6 +73,8 @@ class _ShardSet:
 
     shards: dict[str, Shard]
     specs: dict[str, ShardSpec]
+    #: the shards enqueues use: the same objects, or ones with connections of their own
+    enqueue: dict[str, Shard]
 
 
 class ShardedBackend:
@@ -93,9 +95,14 @@ class ShardedBackend:
         unhealthy_after_failures: int = 3,
         rng: random.Random | None = None,
         empty_partition_ttl: float = 0.0,
+        enqueue_backend: Backend | None = None,
     ):
         """`empty_partition_ttl` (seconds; 0 = off): how long a (queue, shard, priority) a
-        dequeue found empty is skipped at most (pinlater/storage/empty_partitions.py)."""
+        dequeue found empty is skipped at most (pinlater/storage/empty_partitions.py).
+        `enqueue_backend` (another instance of the backend's class): enqueues get shards
+        opened from it, i.e. storage connections of their own, so that no dequeue storm
+        holding every pooled connection delays them."""
+        self.enqueue_backend = enqueue_backend
         self.backend = backend
         #: what makes parked dequeues look again (pinlater/storage/signals.py)
         self.signals = QueueSignals()
@@ -105,8 +112,9 @@ class ShardedBackend:
         self.health = ShardHealth(unhealthy_after_failures)
         self._rng = rng or random.Random()
         self._reload_lock = threading.Lock()
+        shards = {s.name: backend.open_shard(s) for s in specs}
         self._set = _ShardSet(
-            {s.name: backend.open_shard(s) for s in specs}, {s.name: s for s in specs}
+            shards, {s.name: s for s in specs}, self._enqueue_shards(specs, shards)
         )
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="shard-fanout")
 
@@ -118,9 +126,26 @@ class ShardedBackend:
     def shard_specs(self) -> list[ShardSpec]:
         return list(self._set.specs.values())
 
-    def shard(self, name: str) -> Shard:
+    def _enqueue_shards(
+        self, specs: Sequence[ShardSpec], shards: dict[str, Shard], reuse: dict | None = None
+    ) -> dict[str, Shard]:
+        """The enqueue shards for `shards`: themselves without an enqueue backend; else ones
+        opened from it (those of `reuse` when their shard was reused)."""
+        if self.enqueue_backend is None:
+            return shards
+        reuse = reuse or {}
+        out = {}
+        for spec in specs:
+            shard = reuse.get(spec.name)
+            if shard is None:
+                shard = self.enqueue_backend.open_shard(spec)
+                shard.clock_offset_ms = shards[spec.name].clock_offset_ms
+            out[spec.name] = shard
+        return out
+
+    def shard(self, name: str, for_enqueue: bool = False) -> Shard:
         try:
-            return self._set.shards[name]
+            return (self._set.enqueue if for_enqueue else self._set.shards)[name]
         except KeyError:
             raise InvalidRequest(f"job descriptor names unknown shard {name!r}") from None
 
@@ -156,15 +181,23 @@ class ShardedBackend:
                 for shard in opened:
                     shard.close()
                 raise
-            self._set = _ShardSet(shards, {s.name: s for s in specs})
-            for name, shard in old.shards.items():
-                if shards.get(name) is not shard:
-                    self.health.forget(name)
-                    shard.close()
+            kept = {n: old.enqueue[n] for n in shards if shards[n] is old.shards.get(n)}
+            enqueue = self._enqueue_shards(specs, shards, kept)
+            self._set = _ShardSet(shards, {s.name: s for s in specs}, enqueue)
+            self._close_replaced(old, shards)
             log.info(
                 "shard map reloaded: %s",
                 ", ".join(f"{s.name}{' (dequeue_only)' if s.dequeue_only else ''}" for s in specs),
             )
+
+    def _close_replaced(self, old: _ShardSet, shards: dict[str, Shard]) -> None:
+        """Close the shards of `old` the new map (`shards`) did not keep."""
+        for name, shard in old.shards.items():
+            if shards.get(name) is not shard:
+                self.health.forget(name)
+                shard.close()
+                if old.enqueue[name] is not shard:
+                    old.enqueue[name].close()
 
     def probe_unhealthy(self) -> list[str]:
         """Ping every unhealthy shard once; return the names that came back."""
@@ -186,7 +219,7 @@ class ShardedBackend:
 
     def shift_clock(self, delta_ms: int) -> None:
         """Move every shard's clock (tests and drills; the storage clock stays authoritative)."""
-        for shard in self._set.shards.values():
+        for shard in self._all_shards():
             shard.clock_offset_ms += delta_ms
         self.empty.clear()
         self.signals.changed_all()
@@ -204,15 +237,38 @@ class ShardedBackend:
         self.empty.forget(queue, shards, priorities)
         self.signals.changed(queue, jobs)
 
+    def shift_shard_clocks(self, names: Sequence[str], delta_ms: int) -> None:
+        """Move some shards' clocks only (tests and drills); see `shift_clock`."""
+        for name in names:
+            for shard in {id(s): s for s in (self.shard(name), self.shard(name, True))}.values():
+                shard.clock_offset_ms += delta_ms
+        self.empty.clear()
+        self.signals.changed_all()
+
+    def _all_shards(self) -> list[Shard]:
+        """Every open shard object, the enqueue ones included, once each."""
+        seen = {id(s): s for s in self._set.shards.values()}
+        seen.update({id(s): s for s in self._set.enqueue.values()})
+        return list(seen.values())
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        for shard in self._set.shards.values():
+        for shard in self._all_shards():
             shard.close()
         self.backend.close()
+        if self.enqueue_backend is not None:
+            self.enqueue_backend.close()
 
     # ---------------------------------------------------------------- calls
 
-    def call(self, name: str, op: Callable[[Shard], T], *, retries: int | None = None) -> T:
+    def call(
+        self,
+        name: str,
+        op: Callable[[Shard], T],
+        *,
+        retries: int | None = None,
+        for_enqueue: bool = False,
+    ) -> T:
         """Run `op` on shard `name`, retrying retriable storage errors; record health.
         Raises ShardConnectionFailed when the tries are used up, and ShardFull (at once, health
         unchanged: the shard still serves what needs no space) when the storage is full.
@@ -222,7 +278,7 @@ class ShardedBackend:
         last: ShardError | None = None
         observe = self.call_observer
         for attempt in range(tries):
-            shard = self.shard(name)  # looked up per try: a reload may have replaced it
+            shard = self.shard(name, for_enqueue)  # per try: a reload may have replaced it
             started = time.perf_counter()
             try:
                 result = op(shard)
@@ -305,7 +361,7 @@ class ShardedBackend:
                 break
             name = self._rng.choice([n for n in candidates if n not in tried] or candidates)
             try:
-                ids = self.call(name, lambda s: s.enqueue(queue, jobs), retries=0)
+                ids = self.call(name, lambda s: s.enqueue(queue, jobs), retries=0, for_enqueue=True)
             except ShardConnectionFailed as exc:  # ShardFull included: another may have room
                 tried.add(name)
                 last = exc
@@ -354,6 +410,7 @@ class ShardedBackend:
                     name,
                     _keyed_call(queue, batch, unique_window_ms),
                     retries=None if keyed_only else 0,
+                    for_enqueue=True,
                 )
             except ShardFull as exc:
                 raise EnqueueRejected(f"storage full: {exc.message}") from None

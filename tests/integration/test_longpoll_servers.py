@@ -6,17 +6,13 @@ through it from being served (the latency figures are scripts/bench_longpoll.py'
 from __future__ import annotations
 
 import contextlib
-import selectors
-import socket
-import struct
 import threading
 import time
 
 import pytest
 
-from pinlater.idl import ErrorCode, PinLater, RequestContext
-from pinlater.idl import pinlater_thrift as wire
-from tests.support.server_process import ServerProcess, decode_reply, encode_call
+from tests.support.longpoll import park_dequeues, read_answers
+from tests.support.server_process import ServerProcess
 from tests.support.storage import KINDS, backend_section
 from worker_sdk.client import PinLaterClient
 
@@ -37,10 +33,7 @@ def servers(request, tmp_path_factory):
             "janitor": {"enabled": False},
             "server": {"max_connections_per_peer": 5000},
         }
-        yield [
-            stack.enter_context(ServerProcess(config, tmp, name=f"server{i}").start())
-            for i in range(2)
-        ]
+        yield [stack.enter_context(ServerProcess(config, tmp, name=f"server{i}")) for i in range(2)]
 
 
 def client_of(server: ServerProcess, **kwargs) -> PinLaterClient:
@@ -113,61 +106,3 @@ def test_a_thousand_parked_dequeues_do_not_keep_enqueues_from_being_served(serve
                 sock.close()
         assert client.count("lp_stream", 0) == 200
     assert stream_seconds < 60, "the enqueue stream was served"
-
-
-def park_dequeues(server: ServerProcess, queue: str, count: int, wait_ms: int) -> list:
-    """`count` raw connections, each with a long-poll dequeue parked. The server's admission
-    caps dequeues in flight (a parked one no longer counts): one refused for that is sent
-    again, as a client would after its back-off."""
-    request = wire.PinLaterDequeueRequest(queueName=queue, limit=1, waitMillis=wait_ms)
-    args = PinLater.dequeueJobs_args(context=RequestContext(source="parked"), request=request)
-    payload = encode_call("dequeueJobs", args)
-    frame = struct.pack("!i", len(payload)) + payload
-    sockets = []
-    for i in range(count):
-        sock = socket.create_connection((server.host, server.port), timeout=10)
-        sock.sendall(frame)
-        sockets.append(sock)
-        if i % 16 == 15:
-            time.sleep(0.01)
-    for _ in range(20):
-        early = read_answers(sockets, timeout=0.5)
-        if not early:
-            return sockets
-        for i, (jobs, error) in early.items():
-            assert error is not None and error.errorCode == ErrorCode.DEQUEUE_RATE_LIMITED, (
-                jobs,
-                error,
-            )
-            sockets[i].sendall(frame)
-    raise AssertionError("dequeues kept being refused instead of parked")
-
-
-def read_answers(sockets: list, timeout: float, want: int | None = None) -> dict:
-    """socket index -> (jobs, error) of the dequeue replies that arrived within `timeout`
-    (until `want` replies came)."""
-    answers: dict = {}
-    deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:  # epoll: more than 1,024 descriptors
-        for i, sock in enumerate(sockets):
-            selector.register(sock, selectors.EVENT_READ, i)
-        while True:
-            ready = selector.select(max(deadline - time.monotonic(), 0))
-            for key, _ in ready:
-                sock = key.fileobj
-                size = struct.unpack("!i", recv_exact(sock, 4))[0]
-                _, _, _, result = decode_reply(recv_exact(sock, size), PinLater.dequeueJobs_result)
-                jobs = None if result.success is None else result.success.jobs or {}
-                answers[key.data] = (jobs, result.e)
-                selector.unregister(sock)
-            if not ready or (want is not None and len(answers) >= want):
-                return answers
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "the server closed the connection"
-        data += chunk
-    return data

@@ -39,6 +39,7 @@ class _Dispatcher:
 class _Server:
     def __init__(self, fail=False):
         self.worker_slots = worker_slots(3)
+        self.enqueue_slots = None  # enqueues share the worker slots
         self.dispatcher = _Dispatcher(self.worker_slots, fail)
 
 
