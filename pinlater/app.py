@@ -9,6 +9,7 @@ import functools
 import logging
 import socket
 import time
+from collections.abc import Callable
 
 from backends import backend_class
 from pinlater import config as config_module
@@ -38,6 +39,7 @@ from pinlater.ops.shard_stats import ShardStats
 from pinlater.server.admin_api import AdminApi
 from pinlater.server.admin_auth import AdminAuth
 from pinlater.server.admission import Admission
+from pinlater.server.dashboard import Dashboard
 from pinlater.server.http import HttpListener, Routes, health_report
 from pinlater.server.listen import bind
 from pinlater.storage.sharded import ShardedBackend
@@ -120,7 +122,7 @@ class App:
             on_queue_counts=self._janitor_counts,
             claim_timeout_for=self.settings.claim_timeout_for,
         )
-        self.janitor_activity = JanitorActivity(self.janitor.run_once)
+        self.janitor_activity = JanitorActivity(self.janitor.run_tick)
         self.metrics_server: HttpListener | None = None
         self._threads: list[Periodic] = []
 
@@ -151,7 +153,13 @@ class App:
             PinLater,
             on_refused=lambda kind: self.metrics.admission_refused.labels(kind).inc(),
         )
-        self.depth = DepthCollector(self.store, self.metrics, cap=config.metrics.depth_count_cap)
+        self.depth = DepthCollector(
+            self.store,
+            self.metrics,
+            cap=config.metrics.depth_count_cap,
+            queues_per_tick=config.metrics.depth_queues_per_tick,
+            interval=config.metrics.depth_interval_seconds,
+        )
         self.schedules = schedule_ops.ScheduleRunner(
             self.store,
             # late-bound: a re-read queue config replaces `config`
@@ -206,7 +214,8 @@ class App:
         self.settings.poll()  # stored pauses and limits hold before the first request
         self._every("queue-settings", self.config.admin.settings_poll_seconds, self.settings.poll)
         if self.config.janitor.enabled:
-            self._every("janitor", self.config.janitor.interval_seconds, self.janitor_activity.run)
+            # ticks of `queues_per_tick` queues, spaced so a sweep of all takes the interval
+            self._every("janitor", self.janitor.sweep.wait_seconds, self.janitor_activity.run)
         self._every(
             "shard-maintenance",
             self.config.sharding.probe_interval_seconds,
@@ -235,7 +244,7 @@ class App:
             ssl_context = server_context(tls.cert_file, tls.key_file)
         self.metrics_server = HttpListener(
             sock or bind(metrics.host, metrics.port),
-            Routes(self.metrics.registry, self.health, self._admin_api()),
+            Routes(self.metrics.registry, self.health, *self._admin_web()),
             threads=metrics.http_threads,
             max_waiting=metrics.http_max_waiting,
             request_timeout=metrics.http_request_timeout_seconds,
@@ -248,11 +257,9 @@ class App:
             "metrics on %s://%s:%d/metrics (health: /health%s)",
             scheme,
             *self.metrics_server.address,
-            ", admin API: /api/v1/" if self.admin_enabled else "",
+            ", admin API: /api/v1/, dashboard: /ui/" if self.admin_enabled else "",
         )
-        self._every(
-            "queue-depth", metrics.depth_interval_seconds, self.depth.refresh, at_start=True
-        )
+        self._every("queue-depth", self.depth.sweep.wait_seconds, self.depth.tick, at_start=True)
         if self.admin_enabled:
             dashboard = config.dashboard
             self._every("job-rates", dashboard.rate_sample_seconds, self._sample_rates)
@@ -263,9 +270,11 @@ class App:
                 at_start=True,
             )
 
-    def _admin_api(self) -> AdminApi | None:
+    def _admin_web(self) -> tuple[AdminApi | None, Dashboard | None]:
+        """The admin API and the dashboard over it (one session store, one password guard),
+        or (None, None) when the admin password is not configured."""
         if not self.admin_enabled or self.handler.passwords is None:
-            return None
+            return None, None
         config = self.config
         ctx = AdminContext(
             config=config,
@@ -286,11 +295,12 @@ class App:
             config.admin,
             on_check=lambda outcome: self.metrics.admin_logins.labels(outcome).inc(),
         )
-        return AdminApi(
-            AdminReads(ctx),
-            AdminActions(ctx, self.handler.passwords, self.metrics),
-            auth,
-            read_only=config.dashboard.read_only,
+        reads = AdminReads(ctx)
+        actions = AdminActions(ctx, self.handler.passwords, self.metrics)
+        read_only = config.dashboard.read_only
+        return (
+            AdminApi(reads, actions, auth, read_only=read_only),
+            Dashboard(reads, actions, auth, read_only=read_only),
         )
 
     def _sample_rates(self) -> None:
@@ -298,7 +308,9 @@ class App:
         known = {queue for queue, _, _ in snapshot} if refreshed_at else None
         self.rates.sample(known)
 
-    def _every(self, name: str, interval: float, duty, at_start: bool = False) -> None:
+    def _every(
+        self, name: str, interval: float | Callable[[], float], duty, at_start: bool = False
+    ) -> None:
         self._threads.append(
             Periodic(
                 name,

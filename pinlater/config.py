@@ -179,6 +179,9 @@ class JanitorConfig:
     succeeded_ttl_seconds: float = field(default=86_400.0, metadata=_range(0, 10 * 365 * 86_400))
     failed_ttl_seconds: float = field(default=7 * 86_400.0, metadata=_range(0, 10 * 365 * 86_400))
     batch_size: int = field(default=1000, metadata=_range(1, 1_000_000))
+    #: queues one janitor tick cleans; ticks are spread so that each queue is visited once per
+    #: interval (a tick reads them with one call per shard, then writes only where work is due)
+    queues_per_tick: int = field(default=100, metadata=_range(1, 1000))
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,9 @@ class MetricsConfig:
     depth_interval_seconds: float = field(default=15.0, metadata=_range(0.05, 86_400))
     #: each depth gauge counts at most this many jobs (keeps a refresh cheap on big queues)
     depth_count_cap: int = field(default=100_000, metadata=_range(1, 2**31 - 1))
+    #: queues one depth tick reads (one call per shard); ticks are spread so that each queue
+    #: is read once per depth_interval_seconds
+    depth_queues_per_tick: int = field(default=200, metadata=_range(1, 1000))
     #: threads that serve the HTTP listener (/metrics, /health, /api/v1); a connection that
     #: finds them all busy and `http_max_waiting` connections waiting is closed at once
     http_threads: int = field(default=8, metadata=_range(1, 256))

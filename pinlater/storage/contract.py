@@ -52,6 +52,7 @@ from pinlater.storage.models import (
     JobRecord,
     JobState,
     NewJob,
+    QueueStats,
     ReclaimCounts,
     ScanBound,
 )
@@ -59,6 +60,8 @@ from pinlater.storage.models import (
 BodyFilter = Callable[[bytes], bool]
 #: the most jobs one transaction (or script call) of a delete may remove (see the rules above)
 DELETE_STEP = 2000
+#: the most queues one `Shard.queue_stats` call may be asked about (callers slice)
+MAX_STATS_QUEUES = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +246,16 @@ class Shard(abc.ABC):
     ) -> int:
         """Jobs in `state` over the priorities with run_after > now (future) or <= now,
         exact up to `cap` (the result is at most `cap`)."""
+
+    @abc.abstractmethod
+    def queue_stats(self, queues: Sequence[str], cap: int) -> dict[str, QueueStats]:
+        """Depth and ages of many queues in one read: for each of `queues` (at most
+        MAX_STATS_QUEUES) that exists on the shard, its `QueueStats` (counts exact up to `cap`;
+        cap 0 reads the ages alone, every count 0); queues that do not exist are left out, never
+        an error. One consistent snapshot and a fixed number of round trips whatever the number
+        of queues (one script call; SQL: one transaction, one statement per few hundred
+        tables), so the depth collector and the janitor cost one call per shard per tick instead
+        of dozens per queue. Read-only."""
 
     @abc.abstractmethod
     def scan(

@@ -82,6 +82,7 @@ CHECK_MODULES = tuple(
         "acks",
         "checkpoint",
         "reads",
+        "stats",
         "bulk",
         "janitor",
         "shards",
