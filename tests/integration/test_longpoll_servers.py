@@ -106,3 +106,16 @@ def test_a_thousand_parked_dequeues_do_not_keep_enqueues_from_being_served(serve
                 sock.close()
         assert client.count("lp_stream", 0) == 200
     assert stream_seconds < 60, "the enqueue stream was served"
+
+
+def test_a_shutdown_answers_parked_dequeues_empty_at_once(tmp_path):
+    with ServerProcess({"janitor": {"enabled": False}}, tmp_path, name="draining") as server:
+        with client_of(server) as client:
+            client.create_queue("lp_drain")
+            parked = Background(lambda: client.dequeue("lp_drain", 5, wait_ms=LONG_WAIT_MS))
+            time.sleep(0.5)
+            started = time.monotonic()
+            assert server.stop() == 0, "drained: nothing abandoned"
+            jobs, _ = parked.result()
+            assert jobs == []
+            assert time.monotonic() - started < LONG_WAIT_MS / 1000 / 2
