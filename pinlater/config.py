@@ -25,6 +25,7 @@ from pinlater.common.tls import server_context
 from pinlater.common.wire_size import largest_single_job_reply
 from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
+from pinlater.storage.shard_map import parse_shard_map
 
 #: server.role values: which RPCs a server answers (enqueue refuses dequeueJobs, dequeue
 #: refuses enqueueJobs; pinlater/handler/handler.py)
@@ -169,6 +170,12 @@ class ShardingConfig:
     #: change to it is seen (enqueue, failure ack, retry, the long-poll checks) or this long
     #: passed; 0 = always ask every partition
     empty_partition_ttl_seconds: float = field(default=2.0, metadata=_range(0, 60))
+    #: a shard map that was not applied (refused or failed) is retried this often
+    shard_map_retry_seconds: float = field(default=10.0, metadata=_range(0.05, 3600))
+    #: how often the shards outside each partitioned queue's placement are checked for jobs
+    placement_check_seconds: float = field(default=10.0, metadata=_range(0.05, 86_400))
+    #: how often the unfinished jobs of dequeue_only (draining) shards are counted
+    drain_count_interval_seconds: float = field(default=10.0, metadata=_range(0.05, 86_400))
 
 
 @dataclass(frozen=True)
@@ -194,6 +201,8 @@ class BackendConfig:
     shard_map_file: str | None = None
     #: refuse to start when any shard reports durability warnings (it could lose accepted jobs)
     require_durable: bool = False
+    #: shards marked `retired_with_jobs: true`: never opened; their descriptors answer an error
+    retired_shards: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -522,13 +531,14 @@ def _build_backend(
         options = cls.parse_options(raw, "backend")
         if shard_map_file is not None:
             shards_raw = read_shard_map(str(shard_map_file))
-        specs = cls.parse_shards(shards_raw, options, "backend.shards")
+        shard_map = parse_shard_map(cls, shards_raw, options, "backend.shards")
     except ConfigError as exc:
         problems.extend(exc.problems)
         return BackendConfig(kind=kind)
     return BackendConfig(
         kind=kind,
-        shards=tuple(specs),
+        shards=shard_map.specs,
+        retired_shards=shard_map.retired,
         options=options,
         shard_map_file=None if shard_map_file is None else str(shard_map_file),
         require_durable=require_durable,

@@ -171,8 +171,16 @@ class Metrics:
         )
         self.reload_errors = Counter(
             "pinlater_config_reload_errors",
-            "bad queue-config / ServerSet files (old one kept)",
+            "queue-config / ServerSet / shard map files not applied (old one kept); a shard map "
+            "is counted at every retry",
             ["file"],
+            registry=r,
+        )
+        self.shard_retire_refused = Counter(
+            "pinlater_shard_retire_refused",
+            "shard map reloads refused because they dropped this shard while it could hold "
+            "unfinished jobs (counted at every retry)",
+            ["shard"],
             registry=r,
         )
         self.frames_rejected = Counter(
@@ -428,5 +436,39 @@ def dequeue_path_metrics(store, longpoll) -> GaugeCollector:
                 )
             )
         return families
+
+    return GaugeCollector(read)
+
+
+def drain_gauges(
+    draining: Callable[[], dict[str, dict[str, int]]], map_pending: Callable[[], bool]
+) -> GaugeCollector:
+    """Drain progress read at scrape time from the last background count: `draining()` gives
+    {shard: {queue: unfinished jobs}} of the dequeue_only shards counted; `map_pending()` is
+    True while the shard map file holds a map that is not in force."""
+
+    def read() -> list[GaugeMetricFamily]:
+        jobs = GaugeMetricFamily(
+            "pinlater_shard_draining_jobs",
+            "unfinished jobs (pending, in progress, failed) left on a dequeue_only shard, per "
+            "queue, as last counted (sharding.drain_count_interval_seconds)",
+            labels=["shard", "queue"],
+        )
+        remaining = GaugeMetricFamily(
+            "pinlater_shard_drain_remaining",
+            "unfinished jobs left on a dequeue_only shard, all queues (0: drained, safe to "
+            "remove from the shard map)",
+            labels=["shard"],
+        )
+        for shard, queues in sorted(draining().items()):
+            remaining.add_metric([shard], float(sum(queues.values())))
+            for queue, count in sorted(queues.items()):
+                jobs.add_metric([shard, queue], float(count))
+        pending = GaugeMetricFamily(
+            "pinlater_shard_map_pending",
+            "1 while the shard map file holds a map that was not applied (it is retried)",
+            value=1.0 if map_pending() else 0.0,
+        )
+        return [jobs, remaining, pending]
 
     return GaugeCollector(read)

@@ -110,7 +110,8 @@ class DueWatcher:
         store, soonest, ready = self.store, None, []
         levels = store.num_priorities
         started = self.clock()
-        for name in store.shard_names():
+        # a partitioned queue: its placement and the shards still holding its jobs
+        for name in store.placement.dequeue_shards(queue) or store.shard_names():
             if not store.health.is_healthy(name):
                 continue
             self.polls += 1
