@@ -4,14 +4,17 @@ handler slots of their own, so requests stuck on the dequeue path never delay th
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import threading
 import time
 
 import pytest
 
-from pinlater.app import load_config
+from pinlater.app import App, load_config
 from pinlater.common.sections import ConfigError
-from pinlater.errors import DequeueRateLimited, EnqueueRejected
+from pinlater.errors import DequeueRateLimited, EnqueueRejected, PinLaterError
+from pinlater.storage.models import NewJob
 from tests.support.operating import OperatingServer
 from tests.support.server_process import ServerProcess
 from worker_sdk.client import PinLaterClient
@@ -138,3 +141,55 @@ def test_an_enqueue_role_server_parks_nothing_and_a_dequeue_role_one_long_polls(
     [d] = enqueue.enqueue("lp_split", [b"across the pools"])
     waiter.join(10)
     assert [j.descriptor for j in parked["jobs"]] == [d], "the dequeue pool saw it"
+
+
+def _hold_every_connection(kind: str, shard, size: int) -> contextlib.AbstractContextManager:
+    """Take every pooled storage connection of `shard` (what a dequeue storm stuck in storage
+    does) until the block ends."""
+    stack = contextlib.ExitStack()
+    for _ in range(size):
+        if kind == "mysql":
+            stack.enter_context(shard._connection())
+        else:
+            conn = shard._pool.get_connection()
+            stack.callback(shard._pool.release, conn)
+    return stack
+
+
+@pytest.mark.parametrize("kind", ["mysql", "redis"])
+@pytest.mark.parametrize("role", ["all", "enqueue"])
+def test_enqueues_have_storage_connections_no_stuck_request_can_take(tmp_path, kind, role):
+    """Every pooled connection of a shard held: in role all an enqueue is stored through its
+    own connections; in role enqueue (one pool, as before) it gets none (MySQL waits for one,
+    Redis gives up after its connect timeout)."""
+    env = importlib.import_module(f"tests.support.{kind}_env")
+    with env.running_server(tmp_path / kind) as storage:
+        size = 2
+        shard = storage.shard("s1", **({"pool_size": size} if kind == "mysql" else {}))
+        if kind == "redis":
+            shard["max_connections"] = size
+        config = load_config(
+            env={},
+            overrides={"backend": {"kind": kind, "shards": [shard]}, "server": {"role": role}},
+        )
+        app = App(config)
+        try:
+            store = app.store
+            store.create_queue("q")
+            done = threading.Event()
+
+            def enqueue() -> None:
+                with contextlib.suppress(PinLaterError):  # no connection came: refused
+                    store.enqueue("q", [NewJob(b"x")])
+                    done.set()
+
+            with _hold_every_connection(kind, store.shard("s1"), size):
+                enqueuer = threading.Thread(target=enqueue, daemon=True)
+                enqueuer.start()
+                stored_while_held = done.wait(5)
+            enqueuer.join(30)
+            assert stored_while_held is (role == "all")
+            store.health.forget("s1")  # a refused call may have taken the shard out a while
+            store.enqueue("q", [NewJob(b"y")])  # and with the connections back, as ever
+        finally:
+            app.close()
