@@ -519,6 +519,20 @@ class SQLShard(Shard):
             rows = self._with_bodies(cur, table, rows)
         return [new_dequeued_job(priority, r[0], bytes(r[1]), r[3], r[4], claim) for r in rows]
 
+    def next_due_ms(self, queue: str) -> int | None:
+        """One read snapshot: the shard clock, then `next_due` per priority table."""
+        earliest = None
+        with self._read() as cur:
+            now = self._tx_now(cur)
+            self._require_queue(cur, queue)
+            for priority in range(1, self.limits.num_priorities + 1):
+                table = self._job_table(cur, queue, priority)
+                row = self._run(cur, "next_due", table, {}).fetchone()
+                if row is not None and row[0] is not None:
+                    due = int(row[0])
+                    earliest = due if earliest is None else min(earliest, due)
+        return None if earliest is None else max(0, earliest - now)
+
     def _eligible(
         self, cur: Any, table: tuple[str, ...], limit: int, budget: ByteBudget | None, lock: str
     ) -> list:

@@ -74,6 +74,9 @@ class SQLiteShardSpec(ShardSpec):
 class SQLiteBackend(Backend):
     kind = "sqlite"
     supports_shard_reload = True  # opening and closing a shard is just opening a file
+    #: one writer per file at a time whatever the connections: a second connection for
+    #: enqueues would only contend for the lock (its writer thread already batches them)
+    isolates_connections = False
 
     def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
         super().__init__({**DEFAULT_OPTIONS, **options}, limits)

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
@@ -415,6 +415,48 @@ def live_gauges(
         for queue, rate in sorted((rate_limits() if rate_limits else {}).items()):
             limits.add_metric([queue], rate)
         families.append(limits)
+        return families
+
+    return GaugeCollector(read)
+
+
+def dequeue_path_metrics(store, longpoll) -> GaugeCollector:
+    """The dequeue path's storage economy, read at scrape time: storage dequeue calls (those
+    that found nothing), partitions skipped as known empty, and long-poll (`longpoll`, the
+    handler's ParkedDequeues, None when off): requests parked now and the due watcher's
+    storage checks."""
+
+    def read() -> list:
+        empty = store.empty
+        calls = CounterMetricFamily(
+            "pinlater_storage_dequeues",
+            "storage dequeue calls (one shard, one priority) by whether they found jobs",
+            labels=["result"],
+        )
+        calls.add_metric(["jobs"], empty.calls - empty.empty_calls)
+        calls.add_metric(["empty"], empty.empty_calls)
+        skipped = CounterMetricFamily(
+            "pinlater_empty_partitions_skipped",
+            "storage dequeue calls not made: the partition was known empty",
+            value=empty.skipped,
+        )
+        families: list = [calls, skipped]
+        if longpoll is not None:
+            families.append(
+                GaugeMetricFamily(
+                    "pinlater_long_poll_parked",
+                    "dequeues parked waiting for a job",
+                    value=longpoll.parked(),
+                )
+            )
+            watcher = longpoll.watcher
+            families.append(
+                CounterMetricFamily(
+                    "pinlater_long_poll_checks",
+                    "storage calls checking queues with parked dequeues (one per shard)",
+                    value=0 if watcher is None else watcher.polls,
+                )
+            )
         return families
 
     return GaugeCollector(read)
