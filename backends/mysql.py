@@ -57,6 +57,11 @@ MYSQL = SQLDialect(
 )
 #: each queue database's unique-key table (queries/mysql/keys.sql)
 KEY_TABLE = "unique_keys"
+#: each queue database's ledger table (queries/common/ledger.sql), and the rows it is spread
+#: over: a write adds to one at random, so concurrent transactions of a queue seldom wait
+#: for one another's ledger row
+LEDGER_TABLE = "ledger"
+LEDGER_SLOTS = 16
 #: MySQL identifiers (database names) are at most 64 characters
 MAX_IDENTIFIER = 64
 #: bytes an INSERT statement may use beyond its rows' escaped values
@@ -208,6 +213,7 @@ class MySQLShard(SQLShard):
 
     dialect = MYSQL
     queries = QueryBook(MYSQL)
+    ledger_slots = LEDGER_SLOTS
 
     def __init__(
         self,
@@ -245,6 +251,11 @@ class MySQLShard(SQLShard):
 
     def _require_queue(self, cur: Any, queue: str) -> None:
         self._run(cur, "queue_probe", self._job_table(cur, queue, 1), {}).fetchall()
+
+    def _ledger_table(self, cur: Any, queue: str) -> tuple[str, ...]:
+        # as _key_table (the missing-tables repair gives a queue created before the ledger
+        # its table; _book seeds the slot rows it finds missing)
+        return (self.database(queue), LEDGER_TABLE)
 
     def _key_table(self, cur: Any, queue: str) -> tuple[str, ...]:
         # as _job_table: a missing queue (or a queue created before unique keys, which the
@@ -423,6 +434,12 @@ class MySQLShard(SQLShard):
     def create_queue(self, queue: str) -> None:
         db = self.database(queue)
         self._ddl([self.queries.render("create_database", db=(db,)), *self._job_tables_ddl(db)])
+        seed = self.queries.render("ledger_seed", table=(db, LEDGER_TABLE))
+        try:
+            with self._write() as cur:  # every slot's row now: writers then only UPDATE rows
+                cur.executemany(seed, [{"slot": slot} for slot in range(self.ledger_slots)])
+        except QueueNotFound:
+            pass  # deleted meanwhile; a queue created again seeds its slots on first use
 
     def _job_tables_ddl(self, db: str) -> list[str]:
         """CREATE TABLE IF NOT EXISTS of every configured priority, jobs_p1 (the queue's
@@ -430,7 +447,10 @@ class MySQLShard(SQLShard):
         return [
             self.queries.render("create_job_table", table=(db, f"jobs_p{p}"))
             for p in range(1, self.limits.num_priorities + 1)
-        ] + [self.queries.render("create_key_table", table=(db, KEY_TABLE))]
+        ] + [
+            self.queries.render("create_key_table", table=(db, KEY_TABLE)),
+            self.queries.render("create_ledger_table", table=(db, LEDGER_TABLE)),
+        ]
 
     def delete_queue(self, queue: str) -> None:
         """Move the queue's tables into the trash database in one RENAME (from then on the

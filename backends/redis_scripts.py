@@ -62,6 +62,7 @@ class Scripts:
     settings_read: Script
     settings_write: Script
     purge_keys: Script
+    ledger: Script
 
     def __init__(self, client: redis.Redis):
         for name in SCRIPT_NAMES:

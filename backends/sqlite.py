@@ -303,6 +303,9 @@ class SQLiteShard(SQLShard):
     def _key_table(self, cur: Any, queue: str) -> tuple[str, ...]:
         return (_key_table_name(self._queue_id(cur, queue)),)
 
+    def _ledger_table(self, cur: Any, queue: str) -> tuple[str, ...]:
+        return (_ledger_table_name(self._queue_id(cur, queue)),)
+
     def _queue_id(self, cur: sqlite3.Cursor, queue: str) -> int:
         row = cur.execute(self.queries.render("queue_id"), {"name": queue}).fetchone()
         if row is None:
@@ -323,6 +326,9 @@ class SQLiteShard(SQLShard):
             self._create_tables(cur, self._queue_id(cur, queue))
 
     def _create_tables(self, cur: sqlite3.Cursor, queue_id: int) -> None:
+        ledger = (_ledger_table_name(queue_id),)
+        cur.execute(self.queries.render("create_ledger_table", table=ledger))
+        cur.execute(self.queries.render("ledger_seed", table=ledger), {"slot": 0})
         keys = _key_table_name(queue_id)
         cur.execute(self.queries.render("create_key_table", table=(keys,)))
         cur.execute(
@@ -399,7 +405,10 @@ class SQLiteShard(SQLShard):
             cur.execute(self.queries.render("deleted_forget"), {"queue_id": queue_id})
 
     def _tables_of(self, cur: sqlite3.Cursor, queue_id: int) -> list[str]:
-        own = re.compile(rf"q{queue_id}_p[0-9]+|{_key_table_name(queue_id)}", re.ASCII)
+        own = re.compile(
+            rf"q{queue_id}_p[0-9]+|{_key_table_name(queue_id)}|{_ledger_table_name(queue_id)}",
+            re.ASCII,
+        )
         return [
             name
             for (name,) in cur.execute(self.queries.render("job_tables"))
@@ -451,6 +460,12 @@ class SQLiteShard(SQLShard):
 def _key_table_name(queue_id: int) -> str:
     """The unique-key table of a queue (queries/sqlite/keys.sql)."""
     return f"q{queue_id}_keys"
+
+
+def _ledger_table_name(queue_id: int) -> str:
+    """The ledger table of a queue (queries/common/ledger.sql); it goes with the queue's id,
+    so a queue created again (a new id) starts with empty books."""
+    return f"q{queue_id}_ledger"
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -346,3 +346,11 @@ local function pl_store_jobs(qprefix, now, bases)
   pl_apply_moves(moves)
   return ids
 end
+
+-- Add `n` to the queue's ledger counter `counter` (pinlater/storage/ledger.py) in the script
+-- that made the change, after its other writes (a delete-only script's first write then is a
+-- delete, which runs over maxmemory); nothing when n is 0. The ledger is the HASH
+-- <qprefix>:ledger, counter -> count, removed with the queue.
+local function pl_book(qprefix, counter, n)
+  if n > 0 then redis.call('HINCRBY', qprefix .. ':ledger', counter, n) end
+end

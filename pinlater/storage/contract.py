@@ -34,6 +34,12 @@ Rules every implementation follows:
   whatever becomes of the job (deleted and purged jobs included). Checking a key and storing
   its job is one transaction (script call), so concurrent enqueues of one key from any number
   of servers store one job. Expired records are removed by `purge_keys` (the janitor).
+- The ledger (`pinlater/storage/ledger.py`): every primitive that stores, claims, acks,
+  reclaims, deletes or purges jobs adds what it did to the queue's counters on the shard in
+  the same transaction (script call) as the jobs it changed, so a crash or a rollback never
+  separates them. `ledger` reads the counters and the jobs per state in one snapshot. The
+  counters belong to the queue: `delete_queue` removes them with it, and a queue created again
+  starts with empty books.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from pinlater.common.sections import ConfigError
+from pinlater.storage.ledger import LedgerBook
 from pinlater.storage.models import (
     Ack,
     Checkpoint,
@@ -284,6 +291,14 @@ class Shard(abc.ABC):
     def purge_keys(self, queue: str, limit: int) -> int:
         """Delete up to `limit` expired unique-key records (expires_at <= now) of the queue, in
         one transaction (script call); return how many."""
+
+    # ---- ledger ----
+    @abc.abstractmethod
+    def ledger(self, queue: str) -> LedgerBook:
+        """The queue's books on this shard: its counters and its jobs per state, read in one
+        snapshot (one read transaction or script call), so they agree however busy the queue
+        is. Work is proportional to the queue's jobs on the shard for SQL (an index count per
+        state) and to its priorities for Redis (ZCARD)."""
 
     # ---- runtime queue settings (one document, kept on the first shard of the map) ----
     @abc.abstractmethod

@@ -15,7 +15,13 @@ from collections import Counter
 import pymysql
 import pytest
 
-from backends.mysql import DDL_LOCK_WAIT, MySQLBackend, MySQLShard, durability_problems
+from backends.mysql import (
+    DDL_LOCK_WAIT,
+    LEDGER_SLOTS,
+    MySQLBackend,
+    MySQLShard,
+    durability_problems,
+)
 from backends.mysql_pool import translate
 from pinlater.common.sections import ConfigError
 from pinlater.errors import QueueNotFound
@@ -374,6 +380,42 @@ def test_a_queue_from_before_unique_keys_gets_its_key_table_on_first_use(backend
     shard.close()
 
 
+def test_a_queue_from_before_the_ledger_gets_its_table_and_slots_on_first_use(backend, server):
+    """A queue database made before the ledger has no ledger table: the first write meets
+    1146, the missing-tables repair creates the table (QueueBusy, retried by the sharded
+    layer), and the retried write seeds the slot it adds to."""
+    shard = open_shard(backend, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    server.query(f"DROP TABLE `{shard.database(name)}`.`ledger`")
+    with pytest.raises(QueueBusy):
+        shard.enqueue(name, [NewJob(b"a")])
+    shard.enqueue(name, [NewJob(b"b"), NewJob(b"c")])
+    book = shard.ledger(name)
+    assert book.counters["enqueued"] == 2
+    # the jobs of the rolled-back first try are not there; the books count what is
+    assert book.present == 2 and book.balanced
+    shard.delete_queue(name)
+    shard.close()
+
+
+def test_ledger_writers_of_one_process_take_distinct_slots(backend, server):
+    """Consecutive writes of one shard handle add to consecutive slots (no two of up to
+    LEDGER_SLOTS concurrent transactions share a ledger row), and the books sum them."""
+    shard = open_shard(backend, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    for _ in range(20):
+        shard.enqueue(name, [NewJob(b"x")])
+    rows = server.query(f"SELECT slot, enqueued FROM `{shard.database(name)}`.`ledger`")
+    counts = sorted(int(row[1]) for row in rows)
+    assert len(rows) == LEDGER_SLOTS and sum(counts) == 20
+    assert counts[0] >= 1 and counts[-1] <= 2  # 20 writes over 16 slots, in turn
+    assert shard.ledger(name).balanced
+    shard.delete_queue(name)
+    shard.close()
+
+
 def test_create_queue_is_idempotent_and_creates_missing_priority_tables(backend, server):
     shard = open_shard(backend, server)
     name = f"q{next(_names)}"
@@ -387,7 +429,7 @@ def test_create_queue_is_idempotent_and_creates_missing_priority_tables(backend,
             "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,)
         )
     }
-    assert tables == {"jobs_p1", "jobs_p2", "jobs_p3", "unique_keys"}
+    assert tables == {"jobs_p1", "jobs_p2", "jobs_p3", "unique_keys", "ledger"}
     engines = {
         row[0]
         for row in server.query(
@@ -479,8 +521,8 @@ def test_a_delete_cut_short_leaves_nothing_visible_and_finish_deletes_drops_the_
         shard.count(name, JobState.PENDING, [1], False, 10, None)
     shard.create_queue(name)  # fresh tables at once
     assert shard.count(name, JobState.PENDING, [1, 2, 3], False, 100, None) == 0
-    assert len(trash_tables(server, shard)) == 4  # three job tables and the unique keys
-    assert shard.finish_deletes() == 4
+    assert len(trash_tables(server, shard)) == 5  # three job tables, unique keys, the ledger
+    assert shard.finish_deletes() == 5
     assert trash_tables(server, shard) == [] and shard.finish_deletes() == 0
     shard.delete_queue(name)
 

@@ -39,6 +39,27 @@ CREATE TABLE IF NOT EXISTS {table} (
     KEY updated (state, updated_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin ROW_FORMAT=DYNAMIC
 
+-- name: create_ledger_table
+-- One queue's ledger (queries/common/ledger.sql), in the queue's database, so it leaves with
+-- the queue's tables; LEDGER_SLOTS rows, seeded by createQueue.
+CREATE TABLE IF NOT EXISTS {table} (
+    slot SMALLINT UNSIGNED NOT NULL,
+    enqueued BIGINT NOT NULL DEFAULT 0,
+    deduplicated BIGINT NOT NULL DEFAULT 0,
+    dequeued BIGINT NOT NULL DEFAULT 0,
+    succeeded BIGINT NOT NULL DEFAULT 0,
+    failed BIGINT NOT NULL DEFAULT 0,
+    retried BIGINT NOT NULL DEFAULT 0,
+    reclaimed BIGINT NOT NULL DEFAULT 0,
+    deleted BIGINT NOT NULL DEFAULT 0,
+    purged BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (slot)
+) ENGINE=InnoDB
+
+-- name: ledger_seed
+-- A slot's row, all counters 0, unless it exists.
+INSERT IGNORE INTO {table} (slot) VALUES (:slot)
+
 -- name: create_settings_database
 -- The shard's own database, <prefix>_<shard>, for the runtime queue settings: queue databases
 -- are <prefix>_<shard>_<queue>, so this name is never taken for a queue (nor listed as one).

@@ -107,3 +107,22 @@ SELECT queue_id, name FROM queues
 -- name: job_tables
 -- Names of the job tables that exist in this file.
 SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'q%'
+
+-- name: create_ledger_table
+-- One queue's ledger (queries/common/ledger.sql): SQLite has one writer at a time, so one slot.
+CREATE TABLE IF NOT EXISTS {table} (
+    slot INTEGER PRIMARY KEY,
+    enqueued INTEGER NOT NULL DEFAULT 0,
+    deduplicated INTEGER NOT NULL DEFAULT 0,
+    dequeued INTEGER NOT NULL DEFAULT 0,
+    succeeded INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    retried INTEGER NOT NULL DEFAULT 0,
+    reclaimed INTEGER NOT NULL DEFAULT 0,
+    deleted INTEGER NOT NULL DEFAULT 0,
+    purged INTEGER NOT NULL DEFAULT 0
+)
+
+-- name: ledger_seed
+-- A slot's row, all counters 0, unless it exists.
+INSERT OR IGNORE INTO {table} (slot) VALUES (:slot)

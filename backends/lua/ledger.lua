@@ -1,0 +1,22 @@
+#!lua flags=no-writes
+-- ledger: one queue's books on this shard, read in one script call (one snapshot: nothing
+-- runs between its reads), so the counters and the state counts agree however busy the
+-- queue is. Read-only: runs under OOM.
+-- KEYS[1] registry HASH pl:<shard>:queues
+-- ARGV[1] queue name
+-- ARGV[2] queue key prefix pl:<shard>:q:<queue>
+-- ARGV[3] number of priorities configured now (the registry may remember a higher one)
+-- Reads :ledger (HGETALL) and ZCARD of ra0..ra3 of every priority.
+-- Returns {counter, value, ... (the ledger's fields, flat)}, {jobs in state 0, 1, 2, 3}.
+local registry, queue, qprefix = KEYS[1], ARGV[1], ARGV[2]
+local registered = redis.call('HGET', registry, queue)
+if not registered then return pl_no_queue() end
+local top = math.max(tonumber(ARGV[3]), tonumber(registered))
+local states = {0, 0, 0, 0}
+for prio = 1, top do
+  for state = 0, 3 do
+    states[state + 1] = states[state + 1] +
+      redis.call('ZCARD', pl_ra_index(qprefix, prio, tostring(state)))
+  end
+end
+return {redis.call('HGETALL', qprefix .. ':ledger'), states}
