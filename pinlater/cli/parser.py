@@ -123,7 +123,9 @@ class Parser(argparse.ArgumentParser):
     stream: TextIO = sys.stdout
 
     def error(self, message: str):
-        raise UsageError(f"{self.prog}: {message}")
+        # main prints "pinlater: error: ": name the sub-command, never the program twice
+        command = self.prog.removeprefix("pinlater").strip()
+        raise UsageError(f"{command}: {message}" if command else message)
 
     def print_help(self, file=None):
         super().print_help(file or self.stream)

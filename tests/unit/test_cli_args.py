@@ -183,6 +183,7 @@ def test_run_after_accepts_epoch_ms_or_an_offset_from_now():
         ["dequeue", "-q", "q", "--limit", "0"],
         ["get_job_count", "-q", "q", "--job_state", "done"],
         ["delete_jobs", "-q", "q"],
+        ["no_such_command"],
         ["--port", "x", "get_queue_names"],
         ["enqueue", "-q", "q", "--num_queries", "0"],
         ["dequeue", "-q", "q", "--num_queries", "1", "--dequeue_success_percent", "101"],
@@ -192,6 +193,7 @@ def test_usage_errors_exit_2_with_a_one_line_message(argv):
     code, _, err = run(*argv)
     assert code == EXIT_USAGE
     assert err.startswith("pinlater: error: ") and err.count("\n") == 1
+    assert err.count("pinlater") == 1, "the program is named once"
 
 
 def test_help_goes_to_the_output_stream_and_exits_0():
