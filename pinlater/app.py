@@ -23,6 +23,7 @@ from pinlater.ops.admin_reads import AdminContext, AdminReads
 from pinlater.ops.depth import DepthCollector
 from pinlater.ops.janitor import Janitor
 from pinlater.ops.janitor_activity import JanitorActivity
+from pinlater.ops.ledger_audit import LedgerAudit
 from pinlater.ops.maintenance import ShardMaintenance, ShardMapWatcher
 from pinlater.ops.metrics import Metrics, live_gauges
 from pinlater.ops.observer import OperatingObserver
@@ -145,6 +146,9 @@ class App:
             on_refused=lambda kind: self.metrics.admission_refused.labels(kind).inc(),
         )
         self.depth = DepthCollector(self.store, self.metrics, cap=config.metrics.depth_count_cap)
+        self.ledger_audit = LedgerAudit(
+            self.store, self.metrics, per_pass=config.metrics.ledger_audits_per_pass
+        )
         self.schedules = schedule_ops.ScheduleRunner(
             self.store,
             # late-bound: a re-read queue config replaces `config`
@@ -245,6 +249,12 @@ class App:
         )
         self._every(
             "queue-depth", metrics.depth_interval_seconds, self.depth.refresh, at_start=True
+        )
+        self._every(
+            "ledger-audit",
+            metrics.ledger_audit_interval_seconds,
+            self.ledger_audit.run_once,
+            at_start=True,
         )
         if self.admin_enabled:
             dashboard = config.dashboard

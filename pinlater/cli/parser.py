@@ -95,6 +95,10 @@ EXAMPLES = {
         pinlater pause --queue emails --metrics-port 9998 --password secret""",
     "resume": """
         PINLATER_ADMIN_PASSWORD=secret pinlater resume --queue emails""",
+    "audit": """
+        PINLATER_ADMIN_PASSWORD=secret pinlater audit   # every queue; exit code 1 if a book
+                                                        # does not balance
+        pinlater audit -q emails --password secret --json""",
     "schedules": """
         pinlater schedules                              # every queue, next 5 runs each
         pinlater schedules -q reports --count 10 --json""",
@@ -241,6 +245,11 @@ def build_parser(handlers: dict[str, Callable]) -> argparse.ArgumentParser:
         )
         _queue(p)
         _admin_api_options(p)
+    p = command(
+        "audit", "the ledger of each queue per shard: counters, jobs present, balance (admin API)"
+    )
+    p.add_argument("--queue", "-q", help="only this queue")
+    _admin_api_options(p)
     p = command("schedules", "periodic jobs the server runs and their next run times")
     p.add_argument("--queue", "-q", help="only this queue's schedules")
     p.add_argument("--count", type=positive, default=5, help="next run times per schedule (5)")
