@@ -306,10 +306,16 @@ class MySQLShard(SQLShard):
         at once, so a queue being deleted is never given tables again). True if it did."""
         db = self.database(queue)
         try:
-            self._ddl(
-                [self.queries.render("queue_probe", table=(db, "jobs_p1"))]
-                + self._job_tables_ddl(db)
+            [tables, *_] = self._ddl(
+                [
+                    self.queries.render("database_tables"),
+                    self.queries.render("queue_probe", table=(db, "jobs_p1")),
+                ]
+                + self._job_tables_ddl(db),
+                {"db": db},
             )
+            if LEDGER_TABLE not in {name for (name,) in tables}:
+                self._open_books(db)
         except QueueNotFound:  # jobs_p1 (1146) or the database (1049) is gone
             return False
         except QueueBusy:
@@ -317,6 +323,20 @@ class MySQLShard(SQLShard):
         except ShardError:  # unreachable: the call reports its own QueueNotFound
             return False
         return True
+
+    def _open_books(self, db: str) -> None:
+        """Slot 0 of a ledger table just given to a queue that existed without one (created
+        by an older version): its jobs present now as enqueued, so its books balance from then
+        on. (A write that lazily seeded a slot between the table's creation and this count
+        would be counted twice; writes to the queue fail until the table exists, so that is a
+        window of one round trip, once, at the upgrade.)"""
+        with self._connected_transaction(read_only=False) as cur:
+            present = sum(
+                self._run(cur, "count_all", (db, f"jobs_p{p}"), {}).fetchone()[0]
+                for p in range(1, self.limits.num_priorities + 1)
+            )
+            seed = {"slot": 0, "enqueued": present}
+            self._run(cur, "ledger_seed", (db, LEDGER_TABLE), seed)
 
     @contextmanager
     def _connected_transaction(self, read_only: bool) -> Iterator[Any]:
@@ -437,7 +457,8 @@ class MySQLShard(SQLShard):
         seed = self.queries.render("ledger_seed", table=(db, LEDGER_TABLE))
         try:
             with self._write() as cur:  # every slot's row now: writers then only UPDATE rows
-                cur.executemany(seed, [{"slot": slot} for slot in range(self.ledger_slots)])
+                rows = [{"slot": slot, "enqueued": 0} for slot in range(self.ledger_slots)]
+                cur.executemany(seed, rows)
         except QueueNotFound:
             pass  # deleted meanwhile; a queue created again seeds its slots on first use
 

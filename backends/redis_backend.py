@@ -249,7 +249,11 @@ class RedisShard(Shard):
 
     # ---- queues ----
     def create_queue(self, queue: str) -> None:
-        self._run(self._scripts.create_queue, queue, [queue, self.limits.num_priorities])
+        self._run(
+            self._scripts.create_queue,
+            queue,
+            [queue, self.limits.num_priorities, self._prefix(queue)],
+        )
 
     def delete_queue(self, queue: str) -> None:
         """Unregister the queue and UNLINK its keys in one script call: a queue's jobs live in

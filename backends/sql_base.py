@@ -368,7 +368,7 @@ class SQLShard(Shard):
         slot = next(self._ledger_turn) % self.ledger_slots
         params = {**deltas(**changes), "slot": slot}
         if self._run(cur, "ledger_add", table, params).rowcount == 0:
-            self._run(cur, "ledger_seed", table, {"slot": slot})
+            self._run(cur, "ledger_seed", table, {"slot": slot, "enqueued": 0})
             self._run(cur, "ledger_add", table, params)
 
     def ledger(self, queue: str) -> LedgerBook:

@@ -326,9 +326,7 @@ class SQLiteShard(SQLShard):
             self._create_tables(cur, self._queue_id(cur, queue))
 
     def _create_tables(self, cur: sqlite3.Cursor, queue_id: int) -> None:
-        ledger = (_ledger_table_name(queue_id),)
-        cur.execute(self.queries.render("create_ledger_table", table=ledger))
-        cur.execute(self.queries.render("ledger_seed", table=ledger), {"slot": 0})
+        self._create_ledger(cur, queue_id)
         keys = _key_table_name(queue_id)
         cur.execute(self.queries.render("create_key_table", table=(keys,)))
         cur.execute(
@@ -342,6 +340,22 @@ class SQLiteShard(SQLShard):
                 ("create_updated_index", "updated"),
             ):
                 cur.execute(self.queries.render(name, table=(table,), index=(f"{table}_{suffix}",)))
+
+    def _create_ledger(self, cur: sqlite3.Cursor, queue_id: int) -> None:
+        """The queue's ledger table and its one slot; a queue that held jobs before it had a
+        ledger (created by an older version) opens its books with them as enqueued, so they
+        balance from then on. Runs under the write lock (creation and migration)."""
+        ledger = _ledger_table_name(queue_id)
+        existing = self._tables_of(cur, queue_id)
+        if ledger in existing:
+            return
+        jobs = [t for t in existing if re.fullmatch(rf"q{queue_id}_p[0-9]+", t)]
+        present = sum(
+            cur.execute(self.queries.render("count_all", table=(t,))).fetchone()[0] for t in jobs
+        )
+        cur.execute(self.queries.render("create_ledger_table", table=(ledger,)))
+        seed = self.queries.render("ledger_seed", table=(ledger,))
+        cur.execute(seed, {"slot": 0, "enqueued": present})
 
     def delete_queue(self, queue: str) -> None:
         """Hide the queue in one short transaction (its registry row moves to deleted_queues:

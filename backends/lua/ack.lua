@@ -24,6 +24,7 @@
 -- Returns how many acks applied.
 local registry, queue, qprefix = KEYS[1], ARGV[1], ARGV[2]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
+pl_open_books(registry, queue, qprefix)
 local now = pl_now(ARGV[3])
 local now_text = pl_int(now)
 local cap = tonumber(ARGV[4])

@@ -20,6 +20,7 @@
 -- (Dry runs use page.lua, which writes nothing.)
 local registry, queue, qprefix, prio = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
+pl_open_books(registry, queue, qprefix)
 local limit = tonumber(ARGV[5])
 if limit < 1 then return {} end
 local now = pl_now(ARGV[3])

@@ -15,6 +15,7 @@
 -- registered or an id would pass 2^53.
 local registry, queue, qprefix = KEYS[1], ARGV[1], ARGV[2]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
+pl_open_books(registry, queue, qprefix)
 local now = pl_now(ARGV[3])
 local bases = {}
 for i = 0, tonumber(ARGV[4]) - 1 do bases[i + 1] = 5 + i * 5 end

@@ -18,6 +18,7 @@
 -- else '0' (then priority and id are the holder's).
 local registry, queue, qprefix = KEYS[1], ARGV[1], ARGV[2]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
+pl_open_books(registry, queue, qprefix)
 local now = pl_now(ARGV[3])
 local expires = now + tonumber(ARGV[4])
 local n = tonumber(ARGV[5])

@@ -14,6 +14,7 @@
 -- the count.
 local registry, queue, qprefix, prio, state = KEYS[1], ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
+pl_open_books(registry, queue, qprefix)
 local limit = tonumber(ARGV[7])
 if limit < 1 then return 0 end
 local now = pl_now(ARGV[3])

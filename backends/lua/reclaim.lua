@@ -13,6 +13,7 @@
 -- Ledger (:ledger): 'reclaimed' += jobs moved. Returns {retried, failed}.
 local registry, queue, qprefix, prio = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
+pl_open_books(registry, queue, qprefix)
 local limit = tonumber(ARGV[6])
 if limit < 1 then return {0, 0} end
 local now = pl_now(ARGV[3])

@@ -382,19 +382,21 @@ def test_a_queue_from_before_unique_keys_gets_its_key_table_on_first_use(backend
 
 def test_a_queue_from_before_the_ledger_gets_its_table_and_slots_on_first_use(backend, server):
     """A queue database made before the ledger has no ledger table: the first write meets
-    1146, the missing-tables repair creates the table (QueueBusy, retried by the sharded
-    layer), and the retried write seeds the slot it adds to."""
+    1146, the missing-tables repair creates the table with the jobs present as its opening
+    balance (QueueBusy, retried by the sharded layer), and the retried write seeds the slot it
+    adds to."""
     shard = open_shard(backend, server)
     name = f"q{next(_names)}"
     shard.create_queue(name)
+    shard.enqueue(name, [NewJob(b"old-1"), NewJob(b"old-2", priority=3)])
     server.query(f"DROP TABLE `{shard.database(name)}`.`ledger`")
     with pytest.raises(QueueBusy):
         shard.enqueue(name, [NewJob(b"a")])
     shard.enqueue(name, [NewJob(b"b"), NewJob(b"c")])
     book = shard.ledger(name)
-    assert book.counters["enqueued"] == 2
-    # the jobs of the rolled-back first try are not there; the books count what is
-    assert book.present == 2 and book.balanced
+    # the jobs it held open its books; the rolled-back first try stored nothing
+    assert book.counters["enqueued"] == 4
+    assert book.present == 4 and book.balanced
     shard.delete_queue(name)
     shard.close()
 

@@ -27,6 +27,10 @@ SELECT COALESCE(SUM(enqueued), 0), COALESCE(SUM(deduplicated), 0), COALESCE(SUM(
        COALESCE(SUM(reclaimed), 0), COALESCE(SUM(deleted), 0), COALESCE(SUM(purged), 0)
 FROM {table}
 
+-- name: count_all
+-- Every job of one job table (a ledger's opening balance).
+SELECT COUNT(*) FROM {table}
+
 -- name: state_counts
 -- Jobs per state in one job table (read in the same snapshot as ledger_read).
 SELECT state, COUNT(*) FROM {table} GROUP BY state

@@ -57,8 +57,9 @@ CREATE TABLE IF NOT EXISTS {table} (
 ) ENGINE=InnoDB
 
 -- name: ledger_seed
--- A slot's row, all counters 0, unless it exists.
-INSERT IGNORE INTO {table} (slot) VALUES (:slot)
+-- A slot's row unless it exists: :enqueued 0, or the opening balance of a queue that held
+-- jobs before it had a ledger (the jobs present then).
+INSERT IGNORE INTO {table} (slot, enqueued) VALUES (:slot, :enqueued)
 
 -- name: create_settings_database
 -- The shard's own database, <prefix>_<shard>, for the runtime queue settings: queue databases

@@ -124,5 +124,6 @@ CREATE TABLE IF NOT EXISTS {table} (
 )
 
 -- name: ledger_seed
--- A slot's row, all counters 0, unless it exists.
-INSERT OR IGNORE INTO {table} (slot) VALUES (:slot)
+-- A slot's row unless it exists: :enqueued 0, or the opening balance of a queue that held
+-- jobs before it had a ledger (the jobs present then).
+INSERT OR IGNORE INTO {table} (slot, enqueued) VALUES (:slot, :enqueued)
