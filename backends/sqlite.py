@@ -346,10 +346,14 @@ class SQLiteShard(SQLShard):
         ledger (created by an older version) opens its books with them as enqueued, so they
         balance from then on. Runs under the write lock (creation and migration)."""
         ledger = _ledger_table_name(queue_id)
-        existing = self._tables_of(cur, queue_id)
-        if ledger in existing:
+        try:  # found through the schema's hash table (no scan of sqlite_master per queue)
+            cur.execute(self.queries.render("table_probe", table=(ledger,)))
             return
-        jobs = [t for t in existing if re.fullmatch(rf"q{queue_id}_p[0-9]+", t)]
+        except sqlite3.OperationalError:
+            pass  # no such table: this queue has no books yet
+        jobs = [
+            t for t in self._tables_of(cur, queue_id) if re.fullmatch(rf"q{queue_id}_p[0-9]+", t)
+        ]
         present = sum(
             cur.execute(self.queries.render("count_all", table=(t,))).fetchone()[0] for t in jobs
         )

@@ -123,6 +123,10 @@ CREATE TABLE IF NOT EXISTS {table} (
     purged INTEGER NOT NULL DEFAULT 0
 )
 
+-- name: table_probe
+-- Fails with "no such table" unless {table} exists (a lookup in the schema, not a scan).
+SELECT 1 FROM {table} LIMIT 0
+
 -- name: ledger_seed
 -- A slot's row unless it exists: :enqueued 0, or the opening balance of a queue that held
 -- jobs before it had a ledger (the jobs present then).
