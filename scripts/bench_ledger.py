@@ -9,8 +9,14 @@ and round, `scripts/bench_server.py` runs once in each tree (fresh storage and s
 time; the order alternates between rounds, so a busier moment of the shared machine hits both
 alike), and this prints the median jobs/s of each and ledger/baseline.
 
+It also measures the SQLite shard in this process, where the ledger can be switched off for
+the benchmark (`SQLShard._book` replaced by a no-op): the CPU time (`time.process_time`, which
+other load on a shared machine hardly moves, unlike wall-clock throughput) that enqueue and
+dequeue+ack of 10,000 jobs in batches of 100 take, with and without the books.
+
     python scripts/bench_ledger.py                          # sqlite, redis, mysql; 3 rounds
     python scripts/bench_ledger.py --backend mysql --rounds 5 --jobs 50000
+    python scripts/bench_ledger.py --in-process-only
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,6 +92,55 @@ def bench(tree: Path, backend: str, jobs: int, batch: int, concurrency: int) -> 
     return {mode: float(rate) for mode, rate in _RATE.findall(out)}
 
 
+def shard_cpu(with_ledger: bool) -> tuple[float, float]:
+    """CPU jobs/s of a SQLite shard (synchronous=NORMAL: no fsync, so CPU is what is
+    measured): enqueue of 100 batches of 100, then 100 dequeues of 100 each acked."""
+    sys.path.insert(0, str(ROOT))
+    from backends import sql_base
+    from backends.sqlite import SQLiteBackend, SQLiteShardSpec
+    from pinlater.storage.claims import new_claim
+    from pinlater.storage.contract import StorageLimits
+    from pinlater.storage.models import Ack, ClaimMatch, NewJob
+
+    book = sql_base.SQLShard._book
+    if not with_ledger:
+        sql_base.SQLShard._book = lambda self, cur, queue, **changes: None  # type: ignore[method-assign]
+    try:
+        with tempfile.TemporaryDirectory(prefix="pinlater-bench-") as tmp:
+            options = {"data_dir": tmp, "synchronous": "NORMAL"}
+            backend = SQLiteBackend(SQLiteBackend.parse_options(options, "b"), StorageLimits())
+            shard = backend.open_shard(SQLiteShardSpec(name="1"))
+            shard.create_queue("q")
+            started = time.process_time()
+            for _ in range(100):
+                shard.enqueue("q", [NewJob(b"x" * 100)] * 100)
+            enqueued = time.process_time()
+            for _ in range(100):
+                claim = new_claim("bench")
+                jobs = shard.dequeue("q", 1, 100, claim)
+                shard.ack("q", [Ack(1, j.local_id, ClaimMatch("bench", claim)) for j in jobs], [])
+            done = time.process_time()
+            shard.close()
+            backend.close()
+    finally:
+        sql_base.SQLShard._book = book  # type: ignore[method-assign]
+    return 10_000 / (enqueued - started), 10_000 / (done - enqueued)
+
+
+def in_process(rounds: int) -> None:
+    runs: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    for round_no in range(rounds):
+        for on in (True, False) if round_no % 2 == 0 else (False, True):
+            runs[on].append(shard_cpu(on))
+    for i, mode in enumerate(MODES):
+        on = statistics.median(r[i] for r in runs[True])
+        off = statistics.median(r[i] for r in runs[False])
+        print(
+            f"sqlite shard in process, {mode:8s} CPU jobs/s: ledger {on:8.0f}, "
+            f"ledger off {off:8.0f}, ratio {on / off:.2f}"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=["sqlite", "redis", "mysql"], action="append")
@@ -93,7 +149,11 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--baseline-dir", help="a checkout without the ledger")
+    parser.add_argument("--in-process-only", action="store_true")
     args = parser.parse_args()
+    in_process(max(args.rounds * 2, 6))
+    if args.in_process_only:
+        return 0
     backends = args.backend or ["sqlite", "redis", "mysql"]
     print(
         f"batch {args.batch}, concurrency {args.concurrency}, {args.jobs} jobs per mode, "
