@@ -50,6 +50,7 @@ from backends.sql_base import QueryBook, SQLDialect, SQLShard
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
 from pinlater.storage.descriptors import SHARD_NAME_PATTERN
 from pinlater.storage.errors import QueueBusy, QueueNotFound, ShardError
+from pinlater.storage.ledger import COUNTERS
 from pinlater.storage.specs import ConfigError, field_range, parse_shard_list
 
 MYSQL = SQLDialect(
@@ -57,11 +58,9 @@ MYSQL = SQLDialect(
 )
 #: each queue database's unique-key table (queries/mysql/keys.sql)
 KEY_TABLE = "unique_keys"
-#: each queue database's ledger table (queries/common/ledger.sql), and the rows it is spread
-#: over: a write adds to one at random, so concurrent transactions of a queue seldom wait
-#: for one another's ledger row
+#: each queue database's ledger table: a journal of one row per write transaction, folded by
+#: the janitor (queries/mysql/schema.sql create_ledger_table)
 LEDGER_TABLE = "ledger"
-LEDGER_SLOTS = 16
 #: MySQL identifiers (database names) are at most 64 characters
 MAX_IDENTIFIER = 64
 #: bytes an INSERT statement may use beyond its rows' escaped values
@@ -213,7 +212,6 @@ class MySQLShard(SQLShard):
 
     dialect = MYSQL
     queries = QueryBook(MYSQL)
-    ledger_slots = LEDGER_SLOTS
 
     def __init__(
         self,
@@ -254,7 +252,7 @@ class MySQLShard(SQLShard):
 
     def _ledger_table(self, cur: Any, queue: str) -> tuple[str, ...]:
         # as _key_table (the missing-tables repair gives a queue created before the ledger
-        # its table; _book seeds the slot rows it finds missing)
+        # its table, with its opening balance)
         return (self.database(queue), LEDGER_TABLE)
 
     def _key_table(self, cur: Any, queue: str) -> tuple[str, ...]:
@@ -335,8 +333,22 @@ class MySQLShard(SQLShard):
                 self._run(cur, "count_all", (db, f"jobs_p{p}"), {}).fetchone()[0]
                 for p in range(1, self.limits.num_priorities + 1)
             )
-            seed = {"slot": 0, "enqueued": present}
-            self._run(cur, "ledger_seed", (db, LEDGER_TABLE), seed)
+            self._run(cur, "ledger_seed", (db, LEDGER_TABLE), {"enqueued": present})
+
+    def fold_ledger(self, queue: str, limit: int) -> int:
+        """Fold the first `limit` journal rows into the last of them, in one transaction: the
+        sums are read with locks (a row not yet committed is waited for, up to the lock wait,
+        then the fold fails as QueueBusy and is tried again next pass; writers never wait for
+        a fold, they only insert)."""
+        table = self._ledger_table(None, queue)
+        with self._write() as cur:
+            last, rows = self._run(cur, "ledger_fold_last", table, {"limit": limit}).fetchone()
+            if last is None or rows < 2:
+                return 0
+            sums = self._run(cur, "ledger_fold_sum", table, {"last": last}).fetchone()
+            params = {**dict(zip(COUNTERS, sums, strict=True)), "last": last}
+            self._run(cur, "ledger_fold_set", table, params)
+            return max(self._run(cur, "ledger_fold_delete", table, {"last": last}).rowcount, 0)
 
     @contextmanager
     def _connected_transaction(self, read_only: bool) -> Iterator[Any]:
@@ -454,13 +466,6 @@ class MySQLShard(SQLShard):
     def create_queue(self, queue: str) -> None:
         db = self.database(queue)
         self._ddl([self.queries.render("create_database", db=(db,)), *self._job_tables_ddl(db)])
-        seed = self.queries.render("ledger_seed", table=(db, LEDGER_TABLE))
-        try:
-            with self._write() as cur:  # every slot's row now: writers then only UPDATE rows
-                rows = [{"slot": slot, "enqueued": 0} for slot in range(self.ledger_slots)]
-                cur.executemany(seed, rows)
-        except QueueNotFound:
-            pass  # deleted meanwhile; a queue created again seeds its slots on first use
 
     def _job_tables_ddl(self, db: str) -> list[str]:
         """CREATE TABLE IF NOT EXISTS of every configured priority, jobs_p1 (the queue's

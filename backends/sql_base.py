@@ -38,8 +38,6 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
-import itertools
-import random
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -304,16 +302,6 @@ class SQLShard(Shard):
         """Identifier parts of the queue's ledger table (queries/common/ledger.sql); raise
         QueueNotFound (here or from the first statement on it) for a missing queue."""
 
-    #: rows a queue's ledger is spread over: 1 where one writer holds the whole database
-    #: (SQLite), more where writers lock rows (MySQL). A write adds to the next slot in turn,
-    #: from a random start per process, so up to that many concurrent transactions of one
-    #: process never wait for each other's ledger row (and those of several processes seldom)
-    ledger_slots = 1
-
-    @functools.cached_property
-    def _ledger_turn(self) -> Iterator[int]:
-        return itertools.count(random.randrange(max(self.ledger_slots, 1)))
-
     def _tx_now(self, cur: Any) -> int:
         """The shard clock for this transaction (override where the storage owns the clock)."""
         return self.now_ms()
@@ -360,15 +348,15 @@ class SQLShard(Shard):
 
     def _book(self, cur: Any, queue: str, **changes: int) -> None:
         """Add `changes` to the queue's ledger in the caller's transaction, as its last
-        statement (nothing when every change is 0). A slot without a row (a queue created
-        before the ledger) is seeded first."""
+        statement (nothing when every change is 0): one UPDATE of the ledger's row (SQLite's
+        one writer holds the database anyway), or one journal row where writers lock rows
+        (MySQL overrides ledger_add). A ledger without its row yet gets it first."""
         if not any(changes.values()):
             return
         table = self._ledger_table(cur, queue)
-        slot = next(self._ledger_turn) % self.ledger_slots
-        params = {**deltas(**changes), "slot": slot}
+        params = {**deltas(**changes), "slot": 0}
         if self._run(cur, "ledger_add", table, params).rowcount == 0:
-            self._run(cur, "ledger_seed", table, {"slot": slot, "enqueued": 0})
+            self._run(cur, "ledger_seed", table, {"slot": 0, "enqueued": 0})
             self._run(cur, "ledger_add", table, params)
 
     def ledger(self, queue: str) -> LedgerBook:

@@ -6,7 +6,8 @@ freeing what an interrupted deleteQueue left on the shard (`Shard.finish_deletes
 - reclaim: IN_PROGRESS jobs whose updated_at is older than the claim timeout go back to PENDING
   with one attempt used, or to FAILED when none is left (a dead worker's job comes back);
 - purge: SUCCEEDED / FAILED jobs whose updated_at is older than their TTL are deleted;
-then, per (shard, queue), the unique-key records whose window has ended (`Shard.purge_keys`).
+then, per (shard, queue), the unique-key records whose window has ended (`Shard.purge_keys`)
+and the ledger's journal rows folded into one (`Shard.fold_ledger`, MySQL).
 `run_once()` does one pass and returns counts, so tests drive it directly instead of sleeping;
 the server runs it every `janitor.interval_seconds` in a `pinlater.ops.periodic.Periodic`.
 """
@@ -111,6 +112,7 @@ class Janitor:
                 for state, ttl in ttls:
                     self._purge(name, queue, priority, state, int(ttl * 1000), counts)
             self._purge_keys(name, queue, counts)
+            self._fold_ledger(name, queue)
         except QueueNotFound:
             return  # deleted while we were cleaning it
         except QueueContended as exc:  # busy with its own DDL: the shard's other queues go on
@@ -137,6 +139,13 @@ class Janitor:
             purged = self.store.call(name, lambda s: s.purge_keys(queue, batch))
             counts.purged_keys += purged
             if purged < batch:
+                return
+
+    def _fold_ledger(self, name: str, queue: str) -> None:
+        """The ledger's journal rows folded into one, batch by batch (the books unchanged)."""
+        batch = max(self.config.batch_size, 2)
+        for _ in range(self._max_batches):
+            if self.store.call(name, lambda s: s.fold_ledger(queue, batch)) < batch - 1:
                 return
 
     def _purge(

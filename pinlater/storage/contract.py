@@ -39,7 +39,9 @@ Rules every implementation follows:
   the same transaction (script call) as the jobs it changed, so a crash or a rollback never
   separates them. `ledger` reads the counters and the jobs per state in one snapshot. The
   counters belong to the queue: `delete_queue` removes them with it, and a queue created again
-  starts with empty books.
+  starts with empty books. A storage with row locks may keep the counters as a journal (one
+  row per transaction, so writers never wait for one another, nor for a transaction its
+  client abandoned) that `fold_ledger` (the janitor) folds into one row.
 """
 
 from __future__ import annotations
@@ -299,6 +301,12 @@ class Shard(abc.ABC):
         snapshot (one read transaction or script call), so they agree however busy the queue
         is. Work is proportional to the queue's jobs on the shard for SQL (an index count per
         state) and to its priorities for Redis (ZCARD)."""
+
+    def fold_ledger(self, queue: str, limit: int) -> int:
+        """Fold up to `limit` rows of the queue's ledger journal into one, in one transaction
+        (the books read the same before and after); return how many rows it removed. A
+        storage whose counters are one row or hash has nothing to fold (0)."""
+        return 0
 
     # ---- runtime queue settings (one document, kept on the first shard of the map) ----
     @abc.abstractmethod

@@ -15,13 +15,7 @@ from collections import Counter
 import pymysql
 import pytest
 
-from backends.mysql import (
-    DDL_LOCK_WAIT,
-    LEDGER_SLOTS,
-    MySQLBackend,
-    MySQLShard,
-    durability_problems,
-)
+from backends.mysql import DDL_LOCK_WAIT, MySQLBackend, MySQLShard, durability_problems
 from backends.mysql_pool import translate
 from pinlater.common.sections import ConfigError
 from pinlater.errors import QueueNotFound
@@ -401,19 +395,50 @@ def test_a_queue_from_before_the_ledger_gets_its_table_and_slots_on_first_use(ba
     shard.close()
 
 
-def test_ledger_writers_of_one_process_take_distinct_slots(backend, server):
-    """Consecutive writes of one shard handle add to consecutive slots (no two of up to
-    LEDGER_SLOTS concurrent transactions share a ledger row), and the books sum them."""
+def test_ledger_is_a_journal_folded_by_fold_ledger(backend, server):
+    """Each write transaction inserts its own ledger row (no two writers share one); the
+    janitor's fold_ledger folds them into one row and the books read the same."""
     shard = open_shard(backend, server)
     name = f"q{next(_names)}"
     shard.create_queue(name)
     for _ in range(20):
         shard.enqueue(name, [NewJob(b"x")])
-    rows = server.query(f"SELECT slot, enqueued FROM `{shard.database(name)}`.`ledger`")
-    counts = sorted(int(row[1]) for row in rows)
-    assert len(rows) == LEDGER_SLOTS and sum(counts) == 20
-    assert counts[0] >= 1 and counts[-1] <= 2  # 20 writes over 16 slots, in turn
-    assert shard.ledger(name).balanced
+    table = f"`{shard.database(name)}`.`ledger`"
+    assert server.query(f"SELECT COUNT(*), SUM(enqueued) FROM {table}") == [(20, 20)]
+    before = shard.ledger(name)
+    assert shard.fold_ledger(name, 8) == 7
+    assert shard.fold_ledger(name, 1000) == 12
+    assert server.query(f"SELECT COUNT(*), SUM(enqueued) FROM {table}") == [(1, 20)]
+    assert shard.ledger(name) == before and before.balanced
+    shard.delete_queue(name)
+    shard.close()
+
+
+def test_a_transaction_its_client_abandoned_blocks_no_writer(backend, server):
+    """A write transaction left open (a server killed mid-call: MySQL keeps its session and
+    locks until it notices) holds its own ledger row only: every other write goes on at once;
+    a fold waits for it (and is tried again on the next janitor pass), then counts it."""
+    shard = open_shard(backend, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    zombie = server.connect()
+    try:
+        cur = zombie.cursor()
+        cur.execute("BEGIN")
+        cur.execute(f"INSERT INTO `{shard.database(name)}`.`ledger` (enqueued) VALUES (0)")
+        started = time.monotonic()
+        for _ in range(5):
+            shard.enqueue(name, [NewJob(b"x")])
+            assert len(shard.dequeue(name, 1, 1, new_claim("w"))) == 1
+        assert time.monotonic() - started < 2
+        with pytest.raises(QueueBusy):
+            shard.fold_ledger(name, 1000)
+        zombie.rollback()
+        assert shard.fold_ledger(name, 1000) == 9
+        book = shard.ledger(name)
+        assert (book.counters["enqueued"], book.counters["dequeued"]) == (5, 5) and book.balanced
+    finally:
+        zombie.close()
     shard.delete_queue(name)
     shard.close()
 

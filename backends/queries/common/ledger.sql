@@ -1,9 +1,8 @@
 -- The per-queue ledger shared by SQLite and MySQL (backends/sql_base.py; the counters are
--- listed in pinlater/storage/ledger.py). {table} = one queue's ledger table on the shard, one
--- row per slot: a write adds to one slot's row, the last statement of its transaction (a
--- dialect with row locks spreads writers over several slots in turn, so concurrent writers
--- seldom wait for each other, and never while holding a lock they could deadlock on); a read
--- sums the slots.
+-- listed in pinlater/storage/ledger.py). {table} = one queue's ledger table on the shard: a
+-- write adds its counts as the last statement of its transaction, to the one row (SQLite,
+-- whose one writer holds the database anyway) or as a journal row of its own (MySQL overrides
+-- ledger_add: no writer ever waits for a ledger row); a read sums the rows.
 -- {table} for state_counts is one job table.
 
 -- name: ledger_add

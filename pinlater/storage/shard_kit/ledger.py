@@ -200,3 +200,20 @@ def ledger_balances_under_concurrent_writers_and_readers(kit: Kit) -> None:
     assert imbalances and set(imbalances) == {0}, sorted(set(imbalances))
     final = book(kit)
     assert final.counters["enqueued"] == 135 and final.balanced
+
+
+@check(rule="A-books-balance")
+def ledger_fold_keeps_the_books(kit: Kit) -> None:
+    """fold_ledger (the janitor's) changes nothing the books show, in batches, repeatedly."""
+    for _ in range(7):
+        kit.enqueue(b"x", b"y")
+        kit.dequeue(1)
+    before = book(kit)
+    removed = kit.shard.fold_ledger(QUEUE, 3)
+    assert removed >= 0 and book(kit) == before
+    while kit.shard.fold_ledger(QUEUE, 3):
+        assert book(kit) == before
+    assert kit.shard.fold_ledger(QUEUE, 3) == 0 and book(kit) == before
+    kit.enqueue(b"z")
+    assert book(kit).counters["enqueued"] == before.counters["enqueued"] + 1
+    assert book(kit).balanced
