@@ -46,7 +46,7 @@ from backends.mysql_pool import (
     translate,
 )
 from backends.shared_pools import SharedPools
-from backends.sql_base import QueryBook, SQLDialect, SQLShard
+from backends.sql_base import QueryBook, SQLDialect, SQLShard, StatsTables
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
 from pinlater.storage.descriptors import SHARD_NAME_PATTERN
 from pinlater.storage.errors import QueueBusy, QueueNotFound, ShardError
@@ -212,6 +212,7 @@ class MySQLShard(SQLShard):
 
     dialect = MYSQL
     queries = QueryBook(MYSQL)
+    ledger_journal = True
 
     def __init__(
         self,
@@ -254,6 +255,25 @@ class MySQLShard(SQLShard):
         # as _key_table (the missing-tables repair gives a queue created before the ledger
         # its table, with its opening balance)
         return (self.database(queue), LEDGER_TABLE)
+
+    def _stats_tables(self, cur: Any, queues: Sequence[str]) -> dict[str, StatsTables]:
+        wanted = set(queues)
+        pattern = self._db_prefix.replace("_", "\\_") + "%"
+        cur.execute(self.queries.render("stats_tables"), {"pattern": pattern})
+        found: dict[str, StatsTables] = {}
+        priorities = {f"jobs_p{p}": p for p in range(1, self.limits.num_priorities + 1)}
+        for db, table in cur.fetchall():
+            queue = self._queue_of(db)
+            if queue is None or queue not in wanted:
+                continue
+            by_priority, keys = found.get(queue, ({}, None))
+            if table in priorities:
+                by_priority[priorities[table]] = (db, table)
+            elif table == KEY_TABLE:
+                keys = (db, table)
+            found[queue] = (by_priority, keys)
+        # a queue exists once its first job table does (as queue_names and queue_probe say)
+        return {q: tables for q, tables in found.items() if 1 in tables[0]}
 
     def _key_table(self, cur: Any, queue: str) -> tuple[str, ...]:
         # as _job_table: a missing queue (or a queue created before unique keys, which the
@@ -341,6 +361,10 @@ class MySQLShard(SQLShard):
         then the fold fails as QueueBusy and is tried again next pass; writers never wait for
         a fold, they only insert)."""
         table = self._ledger_table(None, queue)
+        with self._read() as cur:  # an idle queue's visit: one small read, no write
+            rows = self._run(cur, "ledger_fold_last", table, {"limit": limit}).fetchone()[1]
+        if rows < 2:
+            return 0
         with self._write() as cur:
             last, rows = self._run(cur, "ledger_fold_last", table, {"limit": limit}).fetchone()
             if last is None or rows < 2:
@@ -634,10 +658,20 @@ def _multi_row(
     head: str, values: str, rows: list[dict[str, Any]], tail: str
 ) -> tuple[str, dict[str, Any]]:
     """`head VALUES (row 0), (row 1) ... tail` with each row's parameters renamed `x_<i>`: one
-    statement, every value still a bound parameter."""
+    statement, every value still a bound parameter.
+
+    The row template is split once into its literal text and parameter names and each row
+    joins them: a regex substitution per row with a template string took the shard's client
+    CPU per 100-job enqueue from ~1.45 ms to ~1.9 ms; this takes it to ~1.25 ms (300 calls on
+    a throwaway MariaDB, measured against the tree before, alternately)."""
+    pieces = _VALUES_PARAM.split(values.strip())  # literal, name, literal, ..., name, literal
+    first, names, literals = pieces[0], pieces[1::2], pieces[2::2]
     parts, params = [], {}
     for i, row in enumerate(rows):
-        parts.append(_VALUES_PARAM.sub(rf"%(\1_{i})s", values.strip()))
+        renamed = (
+            f"%({name}_{i})s{literal}" for name, literal in zip(names, literals, strict=True)
+        )
+        parts.append(first + "".join(renamed))
         params.update({f"{key}_{i}": value for key, value in row.items()})
     return f"{head}VALUES {', '.join(parts)}{tail}", params
 

@@ -45,6 +45,7 @@ from pinlater.storage.contract import (
 from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
 from pinlater.storage.ledger import LedgerBook, book_from
 from pinlater.storage.models import (
+    AGED_STATES,
     Ack,
     Checkpoint,
     DequeuedJob,
@@ -52,6 +53,7 @@ from pinlater.storage.models import (
     JobRecord,
     JobState,
     NewJob,
+    QueueStats,
     ReclaimCounts,
     ScanBound,
     new_dequeued_job,
@@ -474,6 +476,13 @@ class RedisShard(Shard):
             args += [priority, keys.id19(local_id)]
         return _records(self._run(self._scripts.lookup, queue, args))
 
+    def queue_stats(self, queues: Sequence[str], cap: int) -> dict[str, QueueStats]:
+        args: list = [self._offset(), max(int(cap), 0), self.limits.num_priorities]
+        for queue in queues:
+            args += [queue, self._prefix(queue)]
+        reply = self._run(self._scripts.queue_stats, None, args)
+        return _queue_stats(queues, self.limits.num_priorities, [int(v) for v in reply])
+
     def count(
         self,
         queue: str,
@@ -803,3 +812,27 @@ def _records(flat: Sequence[Any]) -> list[JobRecord]:
             )
         )
     return out
+
+
+def _queue_stats(
+    queues: Sequence[str], priorities: int, values: list[int]
+) -> dict[str, QueueStats]:
+    """Parse queue_stats.lua's flat reply (see the script for its layout)."""
+    now, at = values[0], 1
+    found: dict[str, QueueStats] = {}
+    for queue in queues:
+        exists, at = values[at], at + 1
+        if not exists:
+            continue
+        stats = QueueStats(now_ms=now, counts={}, oldest_update={})
+        for priority in range(1, priorities + 1):
+            row, at = values[at : at + 11], at + 11
+            for i, state in enumerate(JobState):
+                stats.counts[(priority, state, False)] = row[2 * i]
+                stats.counts[(priority, state, True)] = row[2 * i + 1]
+            for state, oldest in zip(AGED_STATES, row[8:], strict=True):
+                if oldest >= 0:
+                    stats.oldest_update[(priority, state)] = oldest
+        expiry, at = values[at], at + 1
+        found[queue] = replace(stats, first_key_expiry=expiry if expiry >= 0 else None)
+    return found

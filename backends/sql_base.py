@@ -49,9 +49,10 @@ from typing import Any
 from pinlater.storage.acks import AckGroup, AckOutcome, group_acks
 from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
 from pinlater.storage.contract import DELETE_STEP, BodyFilter, ByteBudget, Shard
-from pinlater.storage.errors import ShardError
+from pinlater.storage.errors import QueueBusy, QueueNotFound, ShardError
 from pinlater.storage.ledger import COUNTERS, LedgerBook, book_from, deltas
 from pinlater.storage.models import (
+    AGED_STATES,
     Ack,
     Checkpoint,
     ClaimMatch,
@@ -60,6 +61,7 @@ from pinlater.storage.models import (
     JobRecord,
     JobState,
     NewJob,
+    QueueStats,
     ReclaimCounts,
     ScanBound,
     new_dequeued_job,
@@ -75,6 +77,9 @@ _NAME_LINE = re.compile(r"--\s*name:\s*(\w+)\s*$")
 _OVERRIDES_LINE = re.compile(r"--\s*overrides:\s*(\S.*?)\s*$")
 #: id lists are padded to a power of two up to this size (few distinct statement texts)
 MAX_ID_LIST = 1024
+#: tables one statement of `queue_stats` reads (SQLite allows 500 terms in a compound select)
+STATS_TABLES_PER_STATEMENT = 100
+_STATS_TRIES = 3
 #: `:inline` when no budget bounds a call: every body is read by the first select
 _ALL_INLINE = 2**62
 _NO_ID = -1  # padding id: no job has it
@@ -216,6 +221,16 @@ class QueryBook:
         values["lock"] = self.dialect.row_lock if lock is True else (lock or "")
         return (self.clocked if clocked else self.queries)[name].sql.format(**values)
 
+    def union_all(self, name: str, tables: Sequence[tuple[str, ...]]) -> str:
+        """Query `name` once per table, joined with UNION ALL: in the i-th, `{table}` is that
+        table (quoted, validated) and `{part}` the bound parameter `part_<i>`, so each row says
+        which table it describes."""
+        sql = self.queries[name].sql
+        return " UNION ALL ".join(
+            sql.format(table=self.dialect.quote(table), part=self.dialect.param(f"part_{i}"))
+            for i, table in enumerate(tables)
+        )
+
 
 def id_chunks(ids: Sequence[Any], pad: Any = _NO_ID) -> Iterator[dict[str, Any]]:
     """Bind parameters for `{ids}` in chunks of at most MAX_ID_LIST, padded with `pad` (a
@@ -301,6 +316,11 @@ class SQLShard(Shard):
     def _ledger_table(self, cur: Any, queue: str) -> tuple[str, ...]:
         """Identifier parts of the queue's ledger table (queries/common/ledger.sql); raise
         QueueNotFound (here or from the first statement on it) for a missing queue."""
+
+    def _stats_tables(self, cur: Any, queues: Sequence[str]) -> dict[str, StatsTables]:
+        """For each of `queues` that exists: its job tables that exist, by priority, and its
+        unique-key table if it exists; read in a fixed number of round trips (the registry or
+        the catalogue), never one per queue."""
 
     def _tx_now(self, cur: Any) -> int:
         """The shard clock for this transaction (override where the storage owns the clock)."""
@@ -699,6 +719,50 @@ class SQLShard(Shard):
                     total += sum(1 for _ in matches)
         return min(total, cap)
 
+    def queue_stats(self, queues: Sequence[str], cap: int) -> dict[str, QueueStats]:
+        for attempt in range(_STATS_TRIES):
+            try:
+                return self._queue_stats(queues, cap)
+            except (QueueNotFound, QueueBusy):
+                # a queue deleted between the catalogue read and its tables' (MySQL reads no
+                # DDL in its snapshot): the next try lists the queues again
+                if attempt + 1 == _STATS_TRIES:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _queue_stats(self, queues: Sequence[str], cap: int) -> dict[str, QueueStats]:
+        with self._read() as cur:
+            now = self._tx_now(cur)
+            layout = self._stats_tables(cur, queues)
+            job_tables = [(q, p, t) for q, (by_p, _) in layout.items() for p, t in by_p.items()]
+            key_tables = [(q, t) for q, (_, t) in layout.items() if t is not None]
+            stats = {q: QueueStats(now_ms=now, counts={}, oldest_update={}) for q in layout}
+            params = {"now": now, "cap": cap}
+            for chunk, rows in self._union_rows(cur, "table_stats", job_tables, params):
+                for row in rows:
+                    queue, priority, _ = chunk[row[0]]
+                    _add_table_stats(stats[queue], priority, row[1:])
+            firsts = {}
+            for chunk, rows in self._union_rows(cur, "key_stats", key_tables, {}):
+                firsts.update({chunk[row[0]][0]: row[1] for row in rows if row[1] is not None})
+        return {
+            q: dataclasses.replace(s, first_key_expiry=firsts.get(q)) if q in firsts else s
+            for q, s in stats.items()
+        }
+
+    def _union_rows(
+        self, cur: Any, name: str, parts: Sequence[tuple], params: Mapping[str, Any]
+    ) -> Iterator[tuple[Sequence[tuple], list]]:
+        """(chunk, its rows) of query `name` over the tables that end each tuple of `parts`,
+        STATS_TABLES_PER_STATEMENT tables per statement; a row's first column is its index
+        in the chunk."""
+        for start in range(0, len(parts), STATS_TABLES_PER_STATEMENT):
+            chunk = parts[start : start + STATS_TABLES_PER_STATEMENT]
+            sql = self.queries.union_all(name, [part[-1] for part in chunk])
+            numbered = {f"part_{i}": i for i in range(len(chunk))}
+            cur.execute(sql, {**params, **numbered})
+            yield chunk, cur.fetchall()
+
     def scan(
         self,
         queue: str,
@@ -919,6 +983,20 @@ class SQLShard(Shard):
             table = self._key_table(cur, queue)
             params = {"now": self._tx_now(cur), "limit": limit}
             return max(self._run(cur, "key_purge", table, params).rowcount, 0)
+
+
+#: a queue's job tables by priority and its unique-key table (None: it has none)
+StatsTables = tuple[dict[int, tuple[str, ...]], tuple[str, ...] | None]
+
+
+def _add_table_stats(stats: QueueStats, priority: int, values: Sequence[Any]) -> None:
+    """One `table_stats` row (after its part number) into `stats`."""
+    for i, state in enumerate(JobState):
+        stats.counts[(priority, state, False)] = int(values[2 * i])
+        stats.counts[(priority, state, True)] = int(values[2 * i + 1])
+    for state, oldest in zip(AGED_STATES, values[8:11], strict=True):
+        if oldest is not None:
+            stats.oldest_update[(priority, state)] = int(oldest)
 
 
 def _by_priority(items: Sequence[Any]) -> dict[int, list[Any]]:

@@ -32,13 +32,13 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backends.sql_base import QueryBook, SQLDialect, SQLShard
+from backends.sql_base import QueryBook, SQLDialect, SQLShard, StatsTables
 from backends.sqlite_writer import GroupCommit
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
 from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
@@ -306,6 +306,24 @@ class SQLiteShard(SQLShard):
     def _ledger_table(self, cur: Any, queue: str) -> tuple[str, ...]:
         return (_ledger_table_name(self._queue_id(cur, queue)),)
 
+    def _stats_tables(self, cur: Any, queues: Sequence[str]) -> dict[str, StatsTables]:
+        wanted = set(queues)
+        ids = {
+            name: queue_id
+            for queue_id, name in cur.execute(self.queries.render("queue_list"))
+            if name in wanted
+        }
+        existing = {row[0] for row in cur.execute(self.queries.render("job_tables"))}
+        found: dict[str, StatsTables] = {}
+        for name, queue_id in ids.items():
+            tables = {p: f"q{queue_id}_p{p}" for p in range(1, self.limits.num_priorities + 1)}
+            keys = _key_table_name(queue_id)
+            found[name] = (
+                {p: (table,) for p, table in tables.items() if table in existing},
+                (keys,) if keys in existing else None,
+            )
+        return found
+
     def _queue_id(self, cur: sqlite3.Cursor, queue: str) -> int:
         row = cur.execute(self.queries.render("queue_id"), {"name": queue}).fetchone()
         if row is None:
@@ -411,16 +429,23 @@ class SQLiteShard(SQLShard):
         with self._transaction("BEGIN", conn) as cur:
             tables = self._tables_of(cur, queue_id)
         for table in tables:
-            with self._transaction("BEGIN IMMEDIATE", conn) as cur:
+            with self._free_step(conn) as cur:
                 params = {"table": table}
                 indexes = [n for (n,) in cur.execute(self.queries.render("table_indexes"), params)]
                 for index in indexes:
                     cur.execute(self.queries.render("drop_index", index=(index,)))
             self._empty(conn, table)
-        with self._transaction("BEGIN IMMEDIATE", conn) as cur:
+        with self._free_step(conn) as cur:
             for table in self._tables_of(cur, queue_id):
                 cur.execute(self.queries.render("drop_job_table", table=(table,)))
             cur.execute(self.queries.render("deleted_forget"), {"queue_id": queue_id})
+
+    @contextmanager
+    def _free_step(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Cursor]:
+        """One write transaction of a stepped free on its own connection (for secure_delete),
+        ordered with this process's group-committed writers by their lock."""
+        with self._writer.exclusive(), self._transaction("BEGIN IMMEDIATE", conn) as cur:
+            yield cur
 
     def _tables_of(self, cur: sqlite3.Cursor, queue_id: int) -> list[str]:
         own = re.compile(
@@ -438,7 +463,7 @@ class SQLiteShard(SQLShard):
         sql = self.queries.render("delete_rows_step", table=(table,))
 
         def step(size: int) -> int:
-            with self._transaction("BEGIN IMMEDIATE", conn) as cur:
+            with self._free_step(conn) as cur:
                 return cur.execute(sql, {"limit": size}).rowcount
 
         in_steps(None, step, pause=self._between_steps, size=FREE_STEP)

@@ -110,8 +110,21 @@ class GroupCommit:
         self._leave(group, cur, None)
         group.wait(self.shard)
 
-    def _enter(self) -> tuple[_Group, sqlite3.Cursor]:
-        """Take the lock (as a counted waiter) and join the open group, opening it if needed."""
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """The write lock with no group open, for a write transaction this process runs on
+        another connection (a stepped free): this process's writers then wait for it on the
+        lock, woken the moment it is done, instead of polling SQLite's lock in its busy
+        handler, where a run of short steps could starve a writer past busy_timeout."""
+        self._acquire()
+        try:
+            self._settle(None, force=True)
+            yield
+        finally:
+            self._release()
+
+    def _acquire(self) -> None:
+        """Take the lock as a counted waiter (the count keeps a group open for it)."""
         if self._owner == threading.get_ident():
             raise RuntimeError("nested SQLite write transaction on one thread")
         with self._counts:
@@ -120,6 +133,10 @@ class GroupCommit:
         with self._counts:
             self._waiting -= 1
         self._owner = threading.get_ident()
+
+    def _enter(self) -> tuple[_Group, sqlite3.Cursor]:
+        """Take the lock (as a counted waiter) and join the open group, opening it if needed."""
+        self._acquire()
         try:
             if self._closed:
                 raise ShardError(self.shard, "shard is closed", retriable=False)
@@ -166,8 +183,9 @@ class GroupCommit:
             return exc
         return None
 
-    def _settle(self, error: sqlite3.Error | None) -> None:
-        """Lock held: commit the open group if it is due, fail it if its transaction is gone."""
+    def _settle(self, error: sqlite3.Error | None, *, force: bool = False) -> None:
+        """Lock held: commit the open group if it is due (or `force`), fail it if its
+        transaction is gone."""
         group, conn = self._group, self._conn
         if group is None or conn is None:
             return
@@ -182,7 +200,7 @@ class GroupCommit:
         with self._counts:
             others = self._waiting
         full = group.members >= self.max_members
-        if others and not full and time.monotonic() - group.opened < self.max_seconds:
+        if others and not force and not full and time.monotonic() - group.opened < self.max_seconds:
             return  # the next waiter joins and commits (or passes it on)
         try:
             conn.execute("COMMIT")

@@ -9,6 +9,7 @@ import functools
 import logging
 import socket
 import time
+from collections.abc import Callable
 
 from backends import backend_class
 from pinlater import config as config_module
@@ -21,24 +22,28 @@ from pinlater.ops import schedules as schedule_ops
 from pinlater.ops.admin_actions import AdminActions
 from pinlater.ops.admin_reads import AdminContext, AdminReads
 from pinlater.ops.depth import DepthCollector
+from pinlater.ops.drain import DrainProgress
 from pinlater.ops.janitor import Janitor
 from pinlater.ops.janitor_activity import JanitorActivity
 from pinlater.ops.ledger_audit import LedgerAudit
 from pinlater.ops.maintenance import ShardMaintenance, ShardMapWatcher
-from pinlater.ops.metrics import Metrics, live_gauges
+from pinlater.ops.metrics import Metrics, drain_gauges, live_gauges
 from pinlater.ops.observer import OperatingObserver
 from pinlater.ops.periodic import Periodic
+from pinlater.ops.placement_check import PlacementCheck
 from pinlater.ops.queue_settings import CHECK_INTERVAL_SECONDS, QueueConfigWatcher, check_files
 from pinlater.ops.queue_slots import QueueSlots
 from pinlater.ops.rate_limiter import QueueRateLimiter
 from pinlater.ops.rates import JobRates
 from pinlater.ops.request_log import RequestLog
+from pinlater.ops.retire import RetireGuard
 from pinlater.ops.runtime_settings import RuntimeSettings, SettingsHome
 from pinlater.ops.shard_jobs import ShardJobCounts
 from pinlater.ops.shard_stats import ShardStats
 from pinlater.server.admin_api import AdminApi
 from pinlater.server.admin_auth import AdminAuth
 from pinlater.server.admission import Admission
+from pinlater.server.dashboard import Dashboard
 from pinlater.server.http import HttpListener, Routes, health_report
 from pinlater.server.listen import bind
 from pinlater.storage.sharded import ShardedBackend
@@ -83,6 +88,7 @@ class App:
             num_priorities=config.priorities.levels,
             retries=config.sharding.retries,
             unhealthy_after_failures=config.sharding.unhealthy_after_failures,
+            retired=config.backend.retired_shards,
         )
         self.started = time.monotonic()
         self.started_at = time.time()
@@ -114,7 +120,7 @@ class App:
             on_queue_counts=self._janitor_counts,
             claim_timeout_for=self.settings.claim_timeout_for,
         )
-        self.janitor_activity = JanitorActivity(self.janitor.run_once)
+        self.janitor_activity = JanitorActivity(self.janitor.run_tick)
         self.metrics_server: HttpListener | None = None
         self._threads: list[Periodic] = []
 
@@ -134,18 +140,27 @@ class App:
         self.queue_config = QueueConfigWatcher(
             config.queue_config,
             config.server_set_file,
-            on_change=self.settings.file_changed,
+            on_change=self._queue_config_changed,
             on_error=lambda kind: self.metrics.reload_errors.labels(kind).inc(),
         )
         self.rates = JobRates(config.dashboard.rate_sample_seconds, config.dashboard.rate_samples)
         self.shard_jobs = ShardJobCounts(self.store, config.metrics.depth_count_cap)
+        self.drain = DrainProgress(self.store, config.metrics.depth_count_cap)
+        self.placement_check = PlacementCheck(self.store)
+        self.shard_map_watcher = self._shard_map_watcher()
         self.admission = Admission(
             config.admission.max_concurrent_requests,
             config.admission.dequeue_cap(config.server.worker_threads),
             PinLater,
             on_refused=lambda kind: self.metrics.admission_refused.labels(kind).inc(),
         )
-        self.depth = DepthCollector(self.store, self.metrics, cap=config.metrics.depth_count_cap)
+        self.depth = DepthCollector(
+            self.store,
+            self.metrics,
+            cap=config.metrics.depth_count_cap,
+            queues_per_tick=config.metrics.depth_queues_per_tick,
+            interval=config.metrics.depth_interval_seconds,
+        )
         self.ledger_audit = LedgerAudit(
             self.store, self.metrics, per_pass=config.metrics.ledger_audits_per_pass
         )
@@ -162,6 +177,17 @@ class App:
             # late-bound: attach_server replaces _server_stats after the gauges exist
             live_gauges(self.store, lambda: self._server_stats(), self.limiter.shares),  # noqa: PLW0108
         )
+        watcher = self.shard_map_watcher
+        self.metrics.registry.register(
+            drain_gauges(
+                lambda: {name: c.jobs for name, c in self.drain.snapshot().items()},
+                lambda: watcher is not None and watcher.pending,
+            )
+        )
+
+    def _queue_config_changed(self, config, servers: int) -> None:
+        self.store.placement.configure(config.partitions())
+        self.settings.file_changed(config, servers)
 
     def _observe_call(self, shard: str, seconds: float, ok: bool) -> None:
         self.metrics.shard_call(shard, seconds, ok)
@@ -203,11 +229,24 @@ class App:
         self.settings.poll()  # stored pauses and limits hold before the first request
         self._every("queue-settings", self.config.admin.settings_poll_seconds, self.settings.poll)
         if self.config.janitor.enabled:
-            self._every("janitor", self.config.janitor.interval_seconds, self.janitor_activity.run)
+            # ticks of `queues_per_tick` queues, spaced so a sweep of all takes the interval
+            self._every("janitor", self.janitor.sweep.wait_seconds, self.janitor_activity.run)
         self._every(
             "shard-maintenance",
             self.config.sharding.probe_interval_seconds,
-            ShardMaintenance(self.store, self._shard_map_watcher()).run_once,
+            ShardMaintenance(self.store, self.shard_map_watcher).run_once,
+        )
+        self._every(
+            "placement-check",
+            self.config.sharding.placement_check_seconds,
+            self.placement_check.run_once,
+            at_start=True,
+        )
+        self._every(
+            "shard-drain",
+            self.config.sharding.drain_count_interval_seconds,
+            self.drain.refresh,
+            at_start=True,
         )
         if self.config.queue_config or self.config.server_set_file:
             self._every("queue-config-watcher", CHECK_INTERVAL_SECONDS, self.queue_config.check)
@@ -232,7 +271,7 @@ class App:
             ssl_context = server_context(tls.cert_file, tls.key_file)
         self.metrics_server = HttpListener(
             sock or bind(metrics.host, metrics.port),
-            Routes(self.metrics.registry, self.health, self._admin_api()),
+            Routes(self.metrics.registry, self.health, *self._admin_web()),
             threads=metrics.http_threads,
             max_waiting=metrics.http_max_waiting,
             request_timeout=metrics.http_request_timeout_seconds,
@@ -245,10 +284,7 @@ class App:
             "metrics on %s://%s:%d/metrics (health: /health%s)",
             scheme,
             *self.metrics_server.address,
-            ", admin API: /api/v1/" if self.admin_enabled else "",
-        )
-        self._every(
-            "queue-depth", metrics.depth_interval_seconds, self.depth.refresh, at_start=True
+            ", admin API: /api/v1/, dashboard: /ui/" if self.admin_enabled else "",
         )
         self._every(
             "ledger-audit",
@@ -256,6 +292,7 @@ class App:
             self.ledger_audit.run_once,
             at_start=True,
         )
+        self._every("queue-depth", self.depth.sweep.wait_seconds, self.depth.tick, at_start=True)
         if self.admin_enabled:
             dashboard = config.dashboard
             self._every("job-rates", dashboard.rate_sample_seconds, self._sample_rates)
@@ -266,9 +303,11 @@ class App:
                 at_start=True,
             )
 
-    def _admin_api(self) -> AdminApi | None:
+    def _admin_web(self) -> tuple[AdminApi | None, Dashboard | None]:
+        """The admin API and the dashboard over it (one session store, one password guard),
+        or (None, None) when the admin password is not configured."""
         if not self.admin_enabled or self.handler.passwords is None:
-            return None
+            return None, None
         config = self.config
         ctx = AdminContext(
             config=config,
@@ -279,6 +318,7 @@ class App:
             depth=self.depth,
             shard_stats=self.shard_stats,
             shard_jobs=self.shard_jobs,
+            drain=self.drain,
             janitor=self.janitor_activity,
             max_queue_name=self.handler.max_queue_name,
             started=self.started,
@@ -289,11 +329,12 @@ class App:
             config.admin,
             on_check=lambda outcome: self.metrics.admin_logins.labels(outcome).inc(),
         )
-        return AdminApi(
-            AdminReads(ctx),
-            AdminActions(ctx, self.handler.passwords, self.metrics),
-            auth,
-            read_only=config.dashboard.read_only,
+        reads = AdminReads(ctx)
+        actions = AdminActions(ctx, self.handler.passwords, self.metrics)
+        read_only = config.dashboard.read_only
+        return (
+            AdminApi(reads, actions, auth, read_only=read_only),
+            Dashboard(reads, actions, auth, read_only=read_only),
         )
 
     def _sample_rates(self) -> None:
@@ -301,7 +342,9 @@ class App:
         known = {queue for queue, _, _ in snapshot} if refreshed_at else None
         self.rates.sample(known)
 
-    def _every(self, name: str, interval: float, duty, at_start: bool = False) -> None:
+    def _every(
+        self, name: str, interval: float | Callable[[], float], duty, at_start: bool = False
+    ) -> None:
         self._threads.append(
             Periodic(
                 name,
@@ -316,7 +359,15 @@ class App:
         """The shard map file's watcher, when there is one and the backend can reload."""
         path = self.config.backend.shard_map_file
         if path and self.backend.supports_shard_reload:
-            return ShardMapWatcher(self.store, path, self.config.backend.options)
+            return ShardMapWatcher(
+                self.store,
+                path,
+                self.config.backend.options,
+                RetireGuard(self.store, self.drain),
+                retry_seconds=self.config.sharding.shard_map_retry_seconds,
+                on_rejected=self._shard_map_rejected,
+                on_applied=self.drain.prune,
+            )
         if path:
             log.warning(
                 "backend %s cannot reload its shard map; changes to %s need a restart",
@@ -324,6 +375,11 @@ class App:
                 path,
             )
         return None
+
+    def _shard_map_rejected(self, refused: list[str]) -> None:
+        self.metrics.reload_errors.labels("shard_map").inc()
+        for shard in refused:
+            self.metrics.shard_retire_refused.labels(shard).inc()
 
     def close(self) -> None:
         """Stop background threads, then close storage. Idempotent."""

@@ -25,6 +25,7 @@ from pinlater.common.tls import server_context
 from pinlater.common.wire_size import largest_single_job_reply
 from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
+from pinlater.storage.shard_map import parse_shard_map
 
 #: the composition root's registry: backend kind -> Backend class (KeyError naming the choices)
 BackendResolver = Callable[[str], type[Backend]]
@@ -148,6 +149,12 @@ class ShardingConfig:
     unhealthy_after_failures: int = field(default=3, metadata=_range(1, 1000))
     #: how often unhealthy shards are probed (and the shard map file is checked)
     probe_interval_seconds: float = field(default=2.0, metadata=_range(0.05, 3600))
+    #: a shard map that was not applied (refused or failed) is retried this often
+    shard_map_retry_seconds: float = field(default=10.0, metadata=_range(0.05, 3600))
+    #: how often the shards outside each partitioned queue's placement are checked for jobs
+    placement_check_seconds: float = field(default=10.0, metadata=_range(0.05, 86_400))
+    #: how often the unfinished jobs of dequeue_only (draining) shards are counted
+    drain_count_interval_seconds: float = field(default=10.0, metadata=_range(0.05, 86_400))
 
 
 @dataclass(frozen=True)
@@ -158,6 +165,9 @@ class JanitorConfig:
     succeeded_ttl_seconds: float = field(default=86_400.0, metadata=_range(0, 10 * 365 * 86_400))
     failed_ttl_seconds: float = field(default=7 * 86_400.0, metadata=_range(0, 10 * 365 * 86_400))
     batch_size: int = field(default=1000, metadata=_range(1, 1_000_000))
+    #: queues one janitor tick cleans; ticks are spread so that each queue is visited once per
+    #: interval (a tick reads them with one call per shard, then writes only where work is due)
+    queues_per_tick: int = field(default=100, metadata=_range(1, 1000))
 
 
 @dataclass(frozen=True)
@@ -170,6 +180,8 @@ class BackendConfig:
     shard_map_file: str | None = None
     #: refuse to start when any shard reports durability warnings (it could lose accepted jobs)
     require_durable: bool = False
+    #: shards marked `retired_with_jobs: true`: never opened; their descriptors answer an error
+    retired_shards: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -226,6 +238,9 @@ class MetricsConfig:
     #: storage counts its jobs, so the work per pass is bounded and the queues take turns
     ledger_audit_interval_seconds: float = field(default=30.0, metadata=_range(0.05, 86_400))
     ledger_audits_per_pass: int = field(default=4, metadata=_range(1, 100_000))
+    #: queues one depth tick reads (one call per shard); ticks are spread so that each queue
+    #: is read once per depth_interval_seconds
+    depth_queues_per_tick: int = field(default=200, metadata=_range(1, 1000))
     #: threads that serve the HTTP listener (/metrics, /health, /api/v1); a connection that
     #: finds them all busy and `http_max_waiting` connections waiting is closed at once
     http_threads: int = field(default=8, metadata=_range(1, 256))
@@ -497,13 +512,14 @@ def _build_backend(
         options = cls.parse_options(raw, "backend")
         if shard_map_file is not None:
             shards_raw = read_shard_map(str(shard_map_file))
-        specs = cls.parse_shards(shards_raw, options, "backend.shards")
+        shard_map = parse_shard_map(cls, shards_raw, options, "backend.shards")
     except ConfigError as exc:
         problems.extend(exc.problems)
         return BackendConfig(kind=kind)
     return BackendConfig(
         kind=kind,
-        shards=tuple(specs),
+        shards=shard_map.specs,
+        retired_shards=shard_map.retired,
         options=options,
         shard_map_file=None if shard_map_file is None else str(shard_map_file),
         require_durable=require_durable,

@@ -8,6 +8,8 @@ set -euo pipefail
 
 PINLATER_SYSTEM_DEPS=(
   "/usr/bin/prometheus prometheus" # tests/integration/test_deploy_dashboard.py
+  "/usr/bin/chromium chromium"             # tests/integration/test_dashboard_browser.py
+  "/usr/bin/chromedriver chromium-driver"  # ... and the driver Selenium runs it with
 )
 
 _pinlater_install_system_deps() {

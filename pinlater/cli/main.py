@@ -399,6 +399,32 @@ AUDIT_COLUMNS = (
 )
 
 
+def cmd_shards(args, out, err):
+    """The admin API's shard view: a draining (dequeue_only) shard shows its unfinished jobs
+    per queue as last counted; 0 left means it can leave the shard map."""
+    admin = AdminClient.from_args(args, _password(args), _http_context(args))
+    data = admin.get("/api/v1/shards")
+    rows = []
+    for shard in data["shards"]:
+        drain = shard.get("draining")
+        left = "-"
+        if drain is not None:
+            per_queue = ", ".join(f"{q}: {n}" for q, n in sorted(drain["jobs"].items()))
+            left = f"{drain['total']}" + (f" ({per_queue})" if per_queue else " (drained)")
+        rows.append(
+            (
+                shard["name"],
+                "yes" if shard["healthy"] else "NO",
+                "dequeue only" if shard["dequeue_only"] else "serving",
+                left,
+                fmt.show_time(drain["counted_at_ms"]) if drain else "-",
+            )
+        )
+    headers = ("shard", "healthy", "mode", "unfinished jobs left", "counted (UTC)")
+    _emit(args, out, data, fmt.table(headers, rows))
+    return EXIT_OK
+
+
 def _http_context(args):
     try:
         return http_context(args)
@@ -509,6 +535,7 @@ HANDLERS: dict[str, Callable] = {
     "pause": cmd_pause,
     "audit": cmd_audit,
     "resume": cmd_resume,
+    "shards": cmd_shards,
     "schedules": cmd_schedules,
     "hash-password": cmd_hash_password,
 }

@@ -99,6 +99,9 @@ EXAMPLES = {
         PINLATER_ADMIN_PASSWORD=secret pinlater audit   # every queue; exit code 1 if a book
                                                         # does not balance
         pinlater audit -q emails --password secret --json""",
+    "shards": """
+        PINLATER_ADMIN_PASSWORD=secret pinlater shards  # health, mode, drain progress
+        pinlater shards --metrics-port 9998 --password secret --json""",
     "schedules": """
         pinlater schedules                              # every queue, next 5 runs each
         pinlater schedules -q reports --count 10 --json""",
@@ -250,6 +253,9 @@ def build_parser(handlers: dict[str, Callable]) -> argparse.ArgumentParser:
     )
     p.add_argument("--queue", "-q", help="only this queue")
     _admin_api_options(p)
+    _admin_api_options(
+        command("shards", "shards: health, dequeue_only, unfinished jobs left (admin API)")
+    )
     p = command("schedules", "periodic jobs the server runs and their next run times")
     p.add_argument("--queue", "-q", help="only this queue's schedules")
     p.add_argument("--count", type=positive, default=5, help="next run times per schedule (5)")

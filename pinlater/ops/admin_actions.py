@@ -66,6 +66,7 @@ class AdminActions:
             raise InvalidRequest("no admin password is configured")
         self.passwords.check(password, peer)
         self.ctx.store.delete_queue(queue)
+        self.metrics.forget_queue(queue)
         log.warning("admin API: %s deleted queue %s with every job in it", actor, queue)
         try:
             self.ctx.settings.forget(queue, actor)

@@ -2,14 +2,22 @@
 
 Two steps per (shard, queue, priority), each in bounded batches, both idempotent and safe to
 run from every server at once (each transition is a guarded statement in the storage), after
-freeing what an interrupted deleteQueue left on the shard (`Shard.finish_deletes`):
+freeing what an interrupted deleteQueue left on the shard (`Shard.finish_deletes`), and only
+where there is something to do: one `Shard.queue_stats` read per shard tells, for many queues
+at once, the oldest claim and finished job of each priority and the first key expiry, so an
+idle queue costs no write at all:
 - reclaim: IN_PROGRESS jobs whose updated_at is older than the claim timeout go back to PENDING
   with one attempt used, or to FAILED when none is left (a dead worker's job comes back);
 - purge: SUCCEEDED / FAILED jobs whose updated_at is older than their TTL are deleted;
-then, per (shard, queue), the unique-key records whose window has ended (`Shard.purge_keys`)
-and the ledger's journal rows folded into one (`Shard.fold_ledger`, MySQL).
-`run_once()` does one pass and returns counts, so tests drive it directly instead of sleeping;
-the server runs it every `janitor.interval_seconds` in a `pinlater.ops.periodic.Periodic`.
+then, per (shard, queue), the unique-key records whose window has ended (`Shard.purge_keys`),
+and the ledger's journal rows folded into one (`Shard.fold_ledger`: MySQL, where it costs one
+small read per visit of an idle queue, and a write only where rows were added).
+`run_once()` does one pass over every queue and returns counts, so tests drive it directly
+instead of sleeping. The server runs `run_tick()` in a `pinlater.ops.periodic.Periodic`: each
+tick cleans the next `janitor.queues_per_tick` queues (a `pinlater.ops.sweep.Sweep`), ticks
+spaced so that every queue is visited once per `janitor.interval_seconds`. Before, one pass
+made ten storage calls per queue, nine of them writes, all at once: with 1,000 queues it moved
+dequeue+ack p99 from 3 ms to over 200 ms while it ran.
 """
 
 from __future__ import annotations
@@ -20,7 +28,9 @@ from dataclasses import dataclass
 
 from pinlater.config import JanitorConfig
 from pinlater.errors import PinLaterError, QueueContended, QueueNotFound
-from pinlater.storage.models import JobState
+from pinlater.ops.sweep import Sweep
+from pinlater.storage.contract import MAX_STATS_QUEUES
+from pinlater.storage.models import JobState, QueueStats
 from pinlater.storage.sharded import ShardedBackend
 
 log = logging.getLogger(__name__)
@@ -60,30 +70,77 @@ class Janitor:
         self._claim_timeout_for = claim_timeout_for
         self._on_queue_counts = on_queue_counts
         self._max_batches = max_batches_per_step
+        self.sweep = Sweep(config.queues_per_tick, config.interval_seconds)
+        self._queues: list[str] = []  # listed at the start of the current sweep
 
     def run_once(self) -> JanitorCounts:
-        """One pass over every healthy shard, queue and priority."""
+        """One pass over every healthy shard and every queue on it."""
         counts = JanitorCounts()
-        for name in self.store.shard_names():
-            if not self.store.health.is_healthy(name):
-                continue
+        for name in self._healthy():
+            self._finish_deletes(name)
             try:
-                self._finish_deletes(name)
-                queues = self.store.call(name, lambda s: s.queue_names())
-                for queue in sorted(queues):
-                    done = JanitorCounts()
-                    try:
-                        self._clean_queue(name, queue, done)
-                    finally:
-                        counts.add(done)
-                        if self._on_queue_counts is not None and any(vars(done).values()):
-                            self._on_queue_counts(queue, done)
+                queues = sorted(self.store.call(name, lambda s: s.queue_names()))
             except PinLaterError as exc:
                 counts.shard_errors += 1
                 log.warning("janitor: shard %s skipped this pass: %s", name, exc)
+                continue
+            step = min(self.sweep.per_tick, MAX_STATS_QUEUES)
+            for start in range(0, len(queues), step):
+                self._clean_shard(name, queues[start : start + step], counts)
+        return self._logged(counts)
+
+    def run_tick(self) -> JanitorCounts:
+        """The next `queues_per_tick` queues on every healthy shard; at a sweep's start the
+        queues are listed again and interrupted deletes finished."""
+        counts = JanitorCounts()
+        if self.sweep.starting:
+            self._queues = self._list_queues(counts)
+        batch = self.sweep.next_slice(self._queues)
+        if batch:
+            for name in self._healthy():
+                self._clean_shard(name, batch, counts)
+        return self._logged(counts)
+
+    def _list_queues(self, counts: JanitorCounts) -> list[str]:
+        """The queues of every healthy shard (a shard that fails to list is skipped, as in
+        run_once), after finishing the shard's interrupted deletes."""
+        queues: set[str] = set()
+        for name in self._healthy():
+            self._finish_deletes(name)
+            try:
+                queues |= self.store.call(name, lambda s: s.queue_names())
+            except PinLaterError as exc:
+                counts.shard_errors += 1
+                log.warning("janitor: shard %s skipped this sweep: %s", name, exc)
+        return sorted(queues)
+
+    def _healthy(self) -> list[str]:
+        return [n for n in self.store.shard_names() if self.store.health.is_healthy(n)]
+
+    @staticmethod
+    def _logged(counts: JanitorCounts) -> JanitorCounts:
         if any(vars(counts).values()):
             log.info("janitor: %s", counts)
         return counts
+
+    def _clean_shard(self, name: str, queues: list[str], counts: JanitorCounts) -> None:
+        """Clean `queues` on shard `name`: one stats read, then only the steps that are due."""
+        try:
+            found = self.store.call(name, lambda s: s.queue_stats(queues, 0))
+            for queue in queues:
+                stats = found.get(queue)
+                if stats is None:
+                    continue  # not on this shard (deleted, or a create still to repair)
+                done = JanitorCounts()
+                try:
+                    self._clean_queue(name, queue, stats, done)
+                finally:
+                    counts.add(done)
+                    if self._on_queue_counts is not None and any(vars(done).values()):
+                        self._on_queue_counts(queue, done)
+        except PinLaterError as exc:
+            counts.shard_errors += 1
+            log.warning("janitor: shard %s skipped this pass: %s", name, exc)
 
     def _finish_deletes(self, name: str) -> None:
         """Free what interrupted deleteQueues left on the shard (Shard.finish_deletes); a
@@ -96,22 +153,26 @@ class Janitor:
         if finished:
             log.info("janitor: shard %s: finished %d interrupted queue deletes", name, finished)
 
-    def _clean_queue(self, name: str, queue: str, counts: JanitorCounts) -> None:
+    def _clean_queue(self, name: str, queue: str, stats: QueueStats, counts: JanitorCounts) -> None:
         timeout = (
             self._claim_timeout_for(queue)
             if self._claim_timeout_for
             else self.config.claim_timeout_seconds
         )
+        timeout_ms = int(1000 * timeout)
         ttls = (
-            (JobState.SUCCEEDED, self.config.succeeded_ttl_seconds),
-            (JobState.FAILED, self.config.failed_ttl_seconds),
+            (JobState.SUCCEEDED, int(self.config.succeeded_ttl_seconds * 1000)),
+            (JobState.FAILED, int(self.config.failed_ttl_seconds * 1000)),
         )
         try:
             for priority in range(1, self.store.num_priorities + 1):
-                self._reclaim(name, queue, priority, int(1000 * timeout), counts)
-                for state, ttl in ttls:
-                    self._purge(name, queue, priority, state, int(ttl * 1000), counts)
-            self._purge_keys(name, queue, counts)
+                if _due(stats, priority, JobState.IN_PROGRESS, timeout_ms):
+                    self._reclaim(name, queue, priority, timeout_ms, counts)
+                for state, ttl_ms in ttls:
+                    if _due(stats, priority, state, ttl_ms):
+                        self._purge(name, queue, priority, state, ttl_ms, counts)
+            if stats.first_key_expiry is not None and stats.first_key_expiry <= stats.now_ms:
+                self._purge_keys(name, queue, counts)
             self._fold_ledger(name, queue)
         except QueueNotFound:
             return  # deleted while we were cleaning it
@@ -142,7 +203,10 @@ class Janitor:
                 return
 
     def _fold_ledger(self, name: str, queue: str) -> None:
-        """The ledger's journal rows folded into one, batch by batch (the books unchanged)."""
+        """The ledger's journal rows folded into one, batch by batch (the books unchanged);
+        nothing to call where the ledger is no journal."""
+        if not self.store.shard(name).ledger_journal:
+            return
         batch = max(self.config.batch_size, 2)
         for _ in range(self._max_batches):
             if self.store.call(name, lambda s: s.fold_ledger(queue, batch)) < batch - 1:
@@ -167,3 +231,10 @@ class Janitor:
                 counts.purged_failed += purged
             if purged < batch:
                 return
+
+
+def _due(stats: QueueStats, priority: int, state: JobState, age_ms: int) -> bool:
+    """Some job of `state` at `priority` was last updated `age_ms` or more before the stats
+    were read (a step may then find work; none is missed: the step reads a later clock)."""
+    oldest = stats.oldest_update.get((priority, state))
+    return oldest is not None and oldest <= stats.now_ms - age_ms

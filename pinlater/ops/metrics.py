@@ -8,6 +8,11 @@ sending random (valid or invalid) names cannot grow the number of series.
 
 Queue depth is read by `DepthCollector` in a background thread at an interval with the
 store's capped counts, never on the request path; a scrape only copies the last snapshot.
+
+A deleted queue leaves no series behind: `Metrics.forget_queue` removes every label child of
+every metric with a `queue` label (found from the metrics themselves, so a metric added later
+is covered) and tells the per-queue collectors (`on_forget`). It runs when this server deletes a
+queue and when the depth refresh finds a queue gone (deleted through another server).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
@@ -56,13 +62,23 @@ class QueueLabels:
         needed: only names put in by `add`/`replace` can come out)."""
         return name if isinstance(name, str) and name in self._known else NO_QUEUE
 
+    def known(self, name: str) -> bool:
+        return name in self._known
+
     def add(self, name: str) -> None:
         with self._lock:
             self._known = self._known | {name}
 
-    def replace(self, names: Iterable[str]) -> None:
+    def remove(self, name: str) -> None:
         with self._lock:
+            self._known = self._known - {name}
+
+    def replace(self, names: Iterable[str]) -> frozenset[str]:
+        """Make `names` the known queues; return the ones that were known and are not now."""
+        with self._lock:
+            gone = self._known.difference(names)
             self._known = frozenset(names)
+        return gone
 
 
 class Metrics:
@@ -155,8 +171,16 @@ class Metrics:
         )
         self.reload_errors = Counter(
             "pinlater_config_reload_errors",
-            "bad queue-config / ServerSet files (old one kept)",
+            "queue-config / ServerSet / shard map files not applied (old one kept); a shard map "
+            "is counted at every retry",
             ["file"],
+            registry=r,
+        )
+        self.shard_retire_refused = Counter(
+            "pinlater_shard_retire_refused",
+            "shard map reloads refused because they dropped this shard while it could hold "
+            "unfinished jobs (counted at every retry)",
+            ["shard"],
             registry=r,
         )
         self.frames_rejected = Counter(
@@ -201,6 +225,38 @@ class Metrics:
         )
         #: (metric, label values) -> child, see `_child`
         self._children: dict[tuple, object] = {}
+        #: told the name of every queue forgotten (collectors keeping per-queue state)
+        self.on_forget: list[Callable[[str], None]] = []
+        #: {metric: position of its `queue` label} for every metric above that has one:
+        #: derived, not listed, so a metric added above is forgotten like the rest
+        self.per_queue: dict[MetricWrapperBase, int] = {
+            metric: metric._labelnames.index("queue")
+            for metric in vars(self).values()
+            if isinstance(metric, MetricWrapperBase) and "queue" in metric._labelnames
+        }
+
+    def forget_queue(self, name: str) -> None:
+        """Remove every series of queue `name` (deleted): from then on requests naming it are
+        counted under `queue=""` until it is created again. Idempotent."""
+        if name == NO_QUEUE:
+            return
+        self.queues.remove(name)
+        for metric in self.per_queue:
+            labelnames = metric._labelnames
+            children = {
+                tuple(sample.labels[n] for n in labelnames)
+                for family in metric.collect()
+                for sample in family.samples
+                if sample.labels.get("queue") == name
+            }
+            for values in children:
+                metric.remove(*values)
+        for key in list(self._children):
+            position = self.per_queue.get(key[0])
+            if position is not None and key[1][position] == name:
+                self._children.pop(key, None)
+        for forget in list(self.on_forget):
+            forget(name)
 
     def _child(self, metric, *values: str):
         """`metric.labels(*values)`, remembered: labels() validates and takes a lock on every
@@ -210,7 +266,19 @@ class Metrics:
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = metric.labels(*values)
+            self._drop_if_forgotten(metric, values)
         return child
+
+    def _drop_if_forgotten(self, metric, values: tuple[str, ...]) -> None:
+        """A child made for a queue that `forget_queue` removed meanwhile (the label was chosen
+        before the forget, the child made after it) is removed again, so no series of a
+        deleted queue outlives the race; the caller's one increment is lost with it."""
+        position = self.per_queue.get(metric)
+        if position is None or values[position] == NO_QUEUE:
+            return
+        if not self.queues.known(values[position]):
+            metric.remove(*values)
+            self._children.pop((metric, values), None)
 
     # ---- record methods (names bounded by QueueLabels) ----
 
@@ -259,7 +327,7 @@ class Metrics:
             (self.jobs_purged, "failed", purged_failed),
         ):
             if value:
-                counter.labels(label, extra).inc(value)
+                self._child(counter, label, extra).inc(value)
 
     def dequeue_refused(self, queue: str, reason: str) -> None:
         self._child(self.rate_limited, self.queues.label(queue), reason).inc()
@@ -326,5 +394,39 @@ def live_gauges(
             limits.add_metric([queue], rate)
         families.append(limits)
         return families
+
+    return GaugeCollector(read)
+
+
+def drain_gauges(
+    draining: Callable[[], dict[str, dict[str, int]]], map_pending: Callable[[], bool]
+) -> GaugeCollector:
+    """Drain progress read at scrape time from the last background count: `draining()` gives
+    {shard: {queue: unfinished jobs}} of the dequeue_only shards counted; `map_pending()` is
+    True while the shard map file holds a map that is not in force."""
+
+    def read() -> list[GaugeMetricFamily]:
+        jobs = GaugeMetricFamily(
+            "pinlater_shard_draining_jobs",
+            "unfinished jobs (pending, in progress, failed) left on a dequeue_only shard, per "
+            "queue, as last counted (sharding.drain_count_interval_seconds)",
+            labels=["shard", "queue"],
+        )
+        remaining = GaugeMetricFamily(
+            "pinlater_shard_drain_remaining",
+            "unfinished jobs left on a dequeue_only shard, all queues (0: drained, safe to "
+            "remove from the shard map)",
+            labels=["shard"],
+        )
+        for shard, queues in sorted(draining().items()):
+            remaining.add_metric([shard], float(sum(queues.values())))
+            for queue, count in sorted(queues.items()):
+                jobs.add_metric([shard, queue], float(count))
+        pending = GaugeMetricFamily(
+            "pinlater_shard_map_pending",
+            "1 while the shard map file holds a map that was not applied (it is retried)",
+            value=1.0 if map_pending() else 0.0,
+        )
+        return [jobs, remaining, pending]
 
     return GaugeCollector(read)

@@ -69,8 +69,11 @@ class OperatingObserver(RequestObserver):
         seconds: float,
         message: str,
     ) -> None:
-        if method == "createQueue" and outcome == "ok" and isinstance(queue, str):
-            self.metrics.queues.add(queue)  # validated and created: a real queue name
+        if outcome == "ok" and isinstance(queue, str):
+            if method == "createQueue":
+                self.metrics.queues.add(queue)  # validated and created: a real queue name
+            elif method == "deleteQueue":  # its series go; this call counts under queue=""
+                self.metrics.forget_queue(queue)
         self.metrics.request(method, queue, outcome, seconds)
         self.request_log.record(method, context, queue, outcome, seconds, message)
 

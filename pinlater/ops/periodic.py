@@ -16,12 +16,14 @@ log = logging.getLogger(__name__)
 
 class Periodic(threading.Thread):
     """Calls `duty()` every `interval` seconds (first at once when `run_at_start`, else after
-    one interval) until `stop()`. `on_failure(name)` is told of every pass that raised."""
+    one interval) until `stop()`. `interval` may be a callable, asked before each wait (a duty
+    spread over ticks, `pinlater.ops.sweep.Sweep.wait_seconds`). `on_failure(name)` is told of
+    every pass that raised."""
 
     def __init__(
         self,
         name: str,
-        interval: float,
+        interval: float | Callable[[], float],
         duty: Callable[[], object],
         *,
         run_at_start: bool = False,
@@ -37,8 +39,11 @@ class Periodic(threading.Thread):
     def run(self) -> None:
         if self.run_at_start and not self._stopping.is_set():
             self._pass()
-        while not self._stopping.wait(self.interval):
+        while not self._stopping.wait(self._wait()):
             self._pass()
+
+    def _wait(self) -> float:
+        return self.interval() if callable(self.interval) else self.interval
 
     def _pass(self) -> None:
         try:

@@ -1,10 +1,9 @@
 """Jobs held by each shard, by state, counted in the background for the admin API's shards view
 (is a dequeue_only shard drained yet?), never on a request.
 
-One refresh costs, per healthy shard, one queue listing plus 8 capped counts per queue (each
-state, runnable and future, all priorities in one call): a twelfth of the queue-depth refresh
-with 3 priorities, and it runs every `dashboard.shard_counts_interval_seconds` (60 s), only
-while the admin API is on. A shard that fails keeps its last counts (with their time).
+One refresh costs, per healthy shard, one queue listing plus one `Shard.queue_stats` read per
+MAX_STATS_QUEUES queues, and it runs every `dashboard.shard_counts_interval_seconds` (60 s),
+only while the admin API is on. A shard that fails keeps its last counts (with their time).
 """
 
 from __future__ import annotations
@@ -14,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from pinlater.errors import QueueNotFound
 from pinlater.ops.job_view import STATE_NAMES
+from pinlater.storage.contract import MAX_STATS_QUEUES
 from pinlater.storage.models import JobState
 
 log = logging.getLogger(__name__)
@@ -46,24 +45,22 @@ class ShardJobCounts:
                 del self._counts[name]
 
     def _count_shard(self, name: str) -> dict[str, int]:
-        priorities = list(range(1, self.store.num_priorities + 1))
         counts = dict.fromkeys(STATE_NAMES.values(), 0)
-        for queue in sorted(self.store.call(name, lambda s: s.queue_names())):
-            for state in JobState:
-                for future in (False, True):
-                    counts[STATE_NAMES[state]] += self._count(
-                        name, queue, state, priorities, future
-                    )
+        queues = sorted(self.store.call(name, lambda s: s.queue_names()))
+        for start in range(0, len(queues), MAX_STATS_QUEUES):
+            chunk = queues[start : start + MAX_STATS_QUEUES]
+            found = self.store.call(name, lambda s, c=chunk: s.queue_stats(c, self.cap))
+            for stats in found.values():  # a queue deleted meanwhile is left out
+                for state in JobState:
+                    for future in (False, True):
+                        jobs = sum(
+                            n
+                            for (_, st, fu), n in stats.counts.items()
+                            if (st, fu) == (state, future)
+                        )
+                        counts[STATE_NAMES[state]] += min(jobs, self.cap)
         counts["total"] = sum(counts.values())
         return counts
-
-    def _count(self, name: str, queue: str, state, priorities, future: bool) -> int:
-        try:
-            return self.store.call(
-                name, lambda s: s.count(queue, state, priorities, future, self.cap, None)
-            )
-        except QueueNotFound:  # deleted meanwhile
-            return 0
 
     def get(self, shard: str) -> dict | None:
         """{"jobs": {state: n, "total": n}, "counted_at_ms": ms}, or None before the first

@@ -304,13 +304,20 @@ _STATUS: tuple[tuple[type[PinLaterError], int, str], ...] = (
 )
 
 
+def error_status(exc: PinLaterError) -> tuple[int, str]:
+    """(HTTP status, error code) of an error the caller can see (400 invalid_request unless
+    listed in _STATUS)."""
+    for cls, status, code in _STATUS:
+        if isinstance(exc, cls):
+            return status, code
+    return 400, "invalid_request"
+
+
 def _answer_error(exc: PinLaterError) -> Response:
     if isinstance(exc, PasswordInvalid):
         return _password_error(exc, 403)
-    for cls, status, code in _STATUS:
-        if isinstance(exc, cls):
-            return _error(status, code, exc.message)
-    return _error(400, "invalid_request", exc.message)
+    status, code = error_status(exc)
+    return _error(status, code, exc.message)
 
 
 def _password_error(exc: PasswordInvalid, wrong_status: int) -> Response:

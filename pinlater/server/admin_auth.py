@@ -138,7 +138,7 @@ class AdminAuth:
                 415, "unsupported_media_type", "POST bodies must be Content-Type: application/json"
             )
         origin = request.headers.get("Origin")
-        if origin is not None and not _same_origin(origin, request):
+        if origin is not None and not same_origin(origin, request):
             raise AuthError(403, "forbidden_origin", f"cross-origin request from {origin!r}")
         if principal is not None and principal.session is not None:
             given = request.headers.get(CSRF_HEADER) or ""
@@ -234,7 +234,7 @@ def _cookie_value(header: str | None) -> str | None:
     return morsel.value if morsel is not None and morsel.value else None
 
 
-def _same_origin(origin: str, request: Request) -> bool:
+def same_origin(origin: str, request: Request) -> bool:
     """`origin` names the host (and port) the request was sent to, with the right scheme."""
     host = request.headers.get("Host")
     if not host:

@@ -1,6 +1,6 @@
 """The HTTP listener on the metrics port: `/metrics` (Prometheus text), `/health` (JSON) and,
 when an admin password is configured, the admin API under `/api/v1/`
-(`pinlater.server.admin_api`).
+(`pinlater.server.admin_api`) and the dashboard under `/ui/` (`pinlater.server.dashboard`).
 
 `/health` answers 200 while at least one shard can take enqueues
 (`ShardedBackend.enqueue_candidates()` is not empty) and 503 otherwise, with the shards
@@ -125,10 +125,12 @@ class Routes:
         registry,
         health: Callable[[], tuple[int, dict]],
         api: ApiHandler | None = None,
+        dashboard: ApiHandler | None = None,
     ):
         self.registry = registry
         self.health = health
         self.api = api
+        self.dashboard = dashboard
 
     def __call__(self, request: Request) -> Response:
         if request.path == "/api" or request.path.startswith("/api/"):
@@ -144,6 +146,14 @@ class Routes:
                     },
                 )
             return self.api(request)
+        if request.path in ("/", "/ui") or request.path.startswith("/ui/"):
+            if self.dashboard is None:
+                return Response.text(
+                    404,
+                    "the dashboard is off until admin.password_hash is configured "
+                    "(see `pinlater hash-password`); try /metrics or /health\n",
+                )
+            return self.dashboard(request)
         if request.method not in ("GET", "HEAD"):
             return Response(405, b"GET or HEAD\n", "text/plain", [("Allow", "GET, HEAD")])
         if request.path == "/metrics":

@@ -61,6 +61,7 @@ from pinlater.storage.models import (
     JobRecord,
     JobState,
     NewJob,
+    QueueStats,
     ReclaimCounts,
     ScanBound,
 )
@@ -68,6 +69,8 @@ from pinlater.storage.models import (
 BodyFilter = Callable[[bytes], bool]
 #: the most jobs one transaction (or script call) of a delete may remove (see the rules above)
 DELETE_STEP = 2000
+#: the most queues one `Shard.queue_stats` call may be asked about (callers slice)
+MAX_STATS_QUEUES = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +249,16 @@ class Shard(abc.ABC):
         exact up to `cap` (the result is at most `cap`)."""
 
     @abc.abstractmethod
+    def queue_stats(self, queues: Sequence[str], cap: int) -> dict[str, QueueStats]:
+        """Depth and ages of many queues in one read: for each of `queues` (at most
+        MAX_STATS_QUEUES) that exists on the shard, its `QueueStats` (counts exact up to `cap`;
+        cap 0 reads the ages alone, every count 0); queues that do not exist are left out, never
+        an error. One consistent snapshot and a fixed number of round trips whatever the number
+        of queues (one script call; SQL: one transaction, one statement per few hundred
+        tables), so the depth collector and the janitor cost one call per shard per tick instead
+        of dozens per queue. Read-only."""
+
+    @abc.abstractmethod
     def scan(
         self,
         queue: str,
@@ -301,6 +314,9 @@ class Shard(abc.ABC):
         snapshot (one read transaction or script call), so they agree however busy the queue
         is. Work is proportional to the queue's jobs on the shard for SQL (an index count per
         state) and to its priorities for Redis (ZCARD)."""
+
+    #: the ledger is a journal that `fold_ledger` folds (the janitor calls it only then)
+    ledger_journal: ClassVar[bool] = False
 
     def fold_ledger(self, queue: str, limit: int) -> int:
         """Fold up to `limit` rows of the queue's ledger journal into one, in one transaction

@@ -45,6 +45,7 @@ from pinlater.storage.models import (
     NewJob,
     ScanBound,
 )
+from pinlater.storage.placement import Placement
 from pinlater.storage.unique_keys import owner_shard
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,8 @@ class _ShardSet:
 
     shards: dict[str, Shard]
     specs: dict[str, ShardSpec]
+    #: shards retired with their jobs: named in errors, never called
+    retired: frozenset[str] = frozenset()
 
 
 class ShardedBackend:
@@ -91,6 +94,7 @@ class ShardedBackend:
         retries: int = 2,
         unhealthy_after_failures: int = 3,
         rng: random.Random | None = None,
+        retired: Iterable[str] = (),
     ):
         self.backend = backend
         self.num_priorities = num_priorities
@@ -99,9 +103,14 @@ class ShardedBackend:
         self._rng = rng or random.Random()
         self._reload_lock = threading.Lock()
         self._set = _ShardSet(
-            {s.name: backend.open_shard(s) for s in specs}, {s.name: s for s in specs}
+            {s.name: backend.open_shard(s) for s in specs},
+            {s.name: s for s in specs},
+            frozenset(retired),
         )
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="shard-fanout")
+        #: which shards each partitioned queue lives on (pinlater/storage/placement.py)
+        self.placement = Placement()
+        self.placement.shards_changed(specs)
 
     # ---------------------------------------------------------------- shard set
 
@@ -115,49 +124,94 @@ class ShardedBackend:
         try:
             return self._set.shards[name]
         except KeyError:
+            if name in self._set.retired:
+                raise InvalidRequest(
+                    f"job descriptor names shard {name!r}, retired with its jobs "
+                    "(retired_with_jobs in the shard map): its jobs are no longer served"
+                ) from None
             raise InvalidRequest(f"job descriptor names unknown shard {name!r}") from None
 
-    def enqueue_candidates(self) -> list[str]:
-        """Shards that may take enqueues now: healthy and not dequeue_only."""
+    def enqueue_candidates(self, queue: str | None = None) -> list[str]:
+        """Shards that may take enqueues now: healthy and not dequeue_only (and, with a
+        `queue` that has partitions, one of them)."""
+        placed = None if queue is None else self.placement.targets(queue)
         return [
             name
             for name, spec in self._set.specs.items()
-            if not spec.dequeue_only and self.health.is_healthy(name)
+            if not spec.dequeue_only
+            and self.health.is_healthy(name)
+            and (placed is None or name in placed)
         ]
 
-    def reload(self, specs: Sequence[ShardSpec]) -> None:
+    def read_shards(self, queue: str) -> list[str]:
+        """The shards that may hold jobs of `queue` (every shard unless it has partitions)."""
+        names = self.placement.read_shards(queue)
+        return self.shard_names() if names is None else list(names)
+
+    def reload(self, specs: Sequence[ShardSpec], retired: Iterable[str] = ()) -> None:
         """Switch to a new shard map without a restart: reuse shards whose connection settings
-        are unchanged (only dequeue_only may differ), open new ones, create every known queue on
-        them, then close the removed ones. Raises (keeping the old map) if a new shard fails."""
+        are unchanged (only dequeue_only may differ), open new (or repointed) ones and create
+        every known queue on them, then close the removed ones. Only healthy shards are asked
+        for the queue list, and only when a shard is new: a removed or repointed shard whose
+        storage is down is never called. Raises (keeping the old map) if a new shard fails.
+        Whether dropping a shard loses jobs is the caller's check (`pinlater.ops.retire`)."""
+        retired = frozenset(retired)
         with self._reload_lock:
             old = self._set
-            queues = self.queue_names() if old.shards else set()
-            shards: dict[str, Shard] = {}
-            opened: list[Shard] = []
-            try:
-                for spec in specs:
-                    current = old.specs.get(spec.name)
-                    if current is not None and current.connection_key() == spec.connection_key():
-                        shards[spec.name] = old.shards[spec.name]
-                        continue
-                    shard = self.backend.open_shard(spec)
-                    opened.append(shard)
-                    shards[spec.name] = shard
-                    for queue in sorted(queues):
-                        shard.create_queue(queue)
-            except Exception:
-                for shard in opened:
-                    shard.close()
-                raise
-            self._set = _ShardSet(shards, {s.name: s for s in specs})
+            reused = _reusable(old, specs)
+            fresh = [s for s in specs if s.name not in reused]
+            queues = self._known_queues() if fresh and old.shards else set()
+            opened = self._open(fresh, queues)
+            shards = {s.name: reused.get(s.name) or opened[s.name] for s in specs}
+            self._set = _ShardSet(shards, {s.name: s for s in specs}, retired)
+            self.placement.shards_changed(specs)
             for name, shard in old.shards.items():
                 if shards.get(name) is not shard:
                     self.health.forget(name)
                     shard.close()
             log.info(
-                "shard map reloaded: %s",
+                "shard map reloaded: %s%s",
                 ", ".join(f"{s.name}{' (dequeue_only)' if s.dequeue_only else ''}" for s in specs),
+                f"; retired with jobs: {', '.join(sorted(retired))}" if retired else "",
             )
+
+    def _open(self, specs: Sequence[ShardSpec], queues: set[str]) -> dict[str, Shard]:
+        """Open shards with every queue in `queues` created; all or none (closed again)."""
+        opened: dict[str, Shard] = {}
+        try:
+            for spec in specs:
+                shard = opened[spec.name] = self.backend.open_shard(spec)
+                for queue in sorted(queues):
+                    shard.create_queue(queue)
+        except Exception:
+            for shard in opened.values():
+                shard.close()
+            raise
+        return opened
+
+    def _known_queues(self) -> set[str]:
+        """The queues of every healthy shard that answers at once (a reload must neither ask
+        a shard known to be down nor wait on one); logs when none answered."""
+        found: set[str] = set()
+        answered = False
+        for name in self.shard_names():
+            if not self.health.is_healthy(name):
+                continue
+            try:
+                found |= self.call(name, lambda s: s.queue_names(), retries=0)
+                answered = True
+            except ShardConnectionFailed as exc:
+                log.warning("shard map reload: shard %s did not list its queues: %s", name, exc)
+        if not answered:
+            log.warning(
+                "shard map reload: no shard listed the queues; new shards get each queue "
+                "from its next createQueue"
+            )
+        return found
+
+    def retired_shards(self) -> frozenset[str]:
+        """Shards retired with their jobs (`retired_with_jobs` in the shard map)."""
+        return self._set.retired
 
     def probe_unhealthy(self) -> list[str]:
         """Ping every unhealthy shard once; return the names that came back."""
@@ -282,7 +336,7 @@ class ShardedBackend:
         tried: set[str] = set()
         last: ShardConnectionFailed | None = None
         for _ in range(1 + self._retries):
-            candidates = self.enqueue_candidates()
+            candidates = self.enqueue_candidates(queue)
             if not candidates:
                 break
             name = self._rng.choice([n for n in candidates if n not in tried] or candidates)
@@ -300,9 +354,11 @@ class ShardedBackend:
             raise EnqueueRejected(f"storage full: {last.message}")
         if last is not None:
             raise last
+        placed = self.placement.targets(queue)
         raise NoHealthyShards(
             "Unable to find healthy shard: no shard accepts enqueues (all are "
             "unhealthy or dequeue_only)"
+            + ("" if placed is None else f"; queue {queue} lives on {', '.join(placed) or '-'}")
         )
 
     def enqueue_keyed(
@@ -346,7 +402,12 @@ class ShardedBackend:
     def _key_parts(self, queue: str, jobs: Sequence[NewJob]) -> dict[str, list[int]]:
         """shard -> indexes of its jobs, shards in the order their first keyed job comes; the
         jobs without a key join the last shard."""
-        owners = [name for name, spec in self._set.specs.items() if not spec.dequeue_only]
+        placed = self.placement.targets(queue)
+        owners = [
+            name
+            for name, spec in self._set.specs.items()
+            if not spec.dequeue_only and (placed is None or name in placed)
+        ]
         if not owners:
             raise NoHealthyShards(
                 "Unable to find healthy shard: no shard accepts enqueues (all are dequeue_only)"
@@ -387,7 +448,7 @@ class ShardedBackend:
         with its first dequeue in one call (`Shard.ack_and_dequeue`: one round trip on Redis);
         if that call fails, the acks are applied on their own (an error there is the caller's)
         and the dequeue goes on as usual."""
-        names = self._examined(coverage)
+        names = self._examined(coverage, self.placement.dequeue_shards(queue))
         healthy = [n for n in names if self.health.is_healthy(n)]
         claim = None if dry_run else new_claim(source)
         lead = self._piggyback_lead(queue, acks, healthy, claim)  # applies acks that can't ride
@@ -406,10 +467,11 @@ class ShardedBackend:
             run.sweep(priority, healthy)
         return run.result(healthy)
 
-    def _examined(self, coverage: float) -> list[str]:
-        """The shards a dequeue examines: a random `coverage` share of them (rounded half up,
-        at least one), in random order."""
-        names = self.shard_names()
+    def _examined(self, coverage: float, among: Sequence[str] | None = None) -> list[str]:
+        """The shards a dequeue examines: a random `coverage` share of them (of `among`, the
+        queue's placement and holders, when it has partitions; rounded half up, at least
+        one), in random order."""
+        names = self.shard_names() if among is None else list(among)
         self._rng.shuffle(names)
         return names[: max(1, int(len(names) * coverage + 0.5))]
 
@@ -500,7 +562,7 @@ class ShardedBackend:
     ) -> int:
         priorities = self._priorities(priority)
         counts = self._fan_out(
-            self.shard_names(),
+            self.read_shards(queue),
             lambda s: s.count(queue, state, priorities, future, cap, body_filter),
         )
         return min(sum(counts.values()), cap)
@@ -522,7 +584,7 @@ class ShardedBackend:
         cursor = _parse_continuation(continuation)
         priorities = self._priorities(priority)
         pages = self._fan_out(
-            self.shard_names(),
+            self.read_shards(queue),
             lambda s: s.scan(
                 queue,
                 state,
@@ -549,22 +611,26 @@ class ShardedBackend:
     def retry_failed(
         self, queue: str, priority: int, attempts: int, run_after_ms: int | None, limit: int
     ) -> int:
+        self.placement.reopened(queue)  # before: a dequeue must not miss what it moves
         return self._sequential(
-            lambda s, left: s.retry_failed(queue, priority, attempts, run_after_ms, left), limit
+            lambda s, left: s.retry_failed(queue, priority, attempts, run_after_ms, left),
+            limit,
+            self.read_shards(queue),
         )
 
     def delete_jobs(
         self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
     ) -> int:
         return self._sequential(
-            lambda s, left: s.delete_jobs(queue, state, priority, left, body_filter), limit
+            lambda s, left: s.delete_jobs(queue, state, priority, left, body_filter),
+            limit,
+            self.read_shards(queue),
         )
 
     # ---------------------------------------------------------------- helpers
 
-    def _sequential(self, op: Callable[[Shard, int], int], limit: int) -> int:
-        """Run `op` shard by shard in random order with the limit still left."""
-        names = self.shard_names()
+    def _sequential(self, op: Callable[[Shard, int], int], limit: int, names: list[str]) -> int:
+        """Run `op` on shards `names` one by one in random order with the limit still left."""
         self._rng.shuffle(names)
         left = limit
         for name in names:
@@ -650,6 +716,15 @@ class _DequeueRun:
         ):
             raise failure
         return self.got
+
+
+def _reusable(old: _ShardSet, specs: Sequence[ShardSpec]) -> dict[str, Shard]:
+    """The open shards of `old` that `specs` keeps on the same storage."""
+    return {
+        s.name: old.shards[s.name]
+        for s in specs
+        if s.name in old.specs and old.specs[s.name].connection_key() == s.connection_key()
+    }
 
 
 def scan_continuation(descriptor: JobDescriptor, record: JobRecord) -> str:

@@ -34,10 +34,12 @@ def full(shard: str) -> Exception:
 
 @dataclass
 class Calls:
-    """What happened to an intercepted primitive: calls per shard and the real results."""
+    """What happened to an intercepted primitive: calls per shard, the real results and each
+    call's (shard, positional arguments)."""
 
     count: Counter = field(default_factory=Counter)
     results: list = field(default_factory=list)
+    args: list = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -76,6 +78,7 @@ def intercepted(
 def _wrapper(name, real, calls: Calls, fail_with, fail_times):
     def call(*args, **kwargs):
         calls.count[name] += 1
+        calls.args.append((name, args))
         if fail_with is not None and (fail_times is None or calls.count[name] <= fail_times):
             raise fail_with(name)
         result = real(*args, **kwargs)

@@ -160,26 +160,34 @@ def _descriptor_jobs(records, final: dict[str, JobInfo]) -> dict[str, str | None
     return out
 
 
+def _is_done(info: JobInfo) -> bool:
+    """Finished for good: succeeded, or failed with no attempt left."""
+    return info.state == JobState.SUCCEEDED or (
+        info.state == JobState.FAILED and info.attempts_remaining == 0
+    )
+
+
 def _check_loss(enq, copies, final, records, report: Report) -> None:
     for r in records:
         if r["op"] == "enqueue" and r["outcome"] == "ok" and r["descriptor"] not in final:
             report.missing_descriptors.append(r["descriptor"])
     for job, outcome in enq.items():
         infos = [final[d] for d in copies.get(job, ()) if d in final]
-        done = [
-            i
-            for i in infos
-            if i.state == JobState.SUCCEEDED
-            or (i.state == JobState.FAILED and i.attempts_remaining == 0)
-        ]
-        if any(i.state == JobState.SUCCEEDED for i in infos):
-            report.acked += 1
-        elif done:
-            report.failed_exhausted += 1
-        if outcome == "ok" and not done:
-            report.lost.append(job)
-        if outcome != "ok" and infos:
-            report.recovered += 1
+        _count_job_outcome(job, outcome, infos, report)
+
+
+def _count_job_outcome(job: str, outcome: str, infos: list[JobInfo], report: Report) -> None:
+    """One enqueued job's fate over its stored copies: acked, failed for good, lost (accepted
+    and never finished) or recovered (refused, yet stored)."""
+    done = [i for i in infos if _is_done(i)]
+    if any(i.state == JobState.SUCCEEDED for i in infos):
+        report.acked += 1
+    elif done:
+        report.failed_exhausted += 1
+    if outcome == "ok" and not done:
+        report.lost.append(job)
+    if outcome != "ok" and infos:
+        report.recovered += 1
 
 
 def _check_books(books: Mapping[str, LedgerBook], final: dict[str, JobInfo], report: Report):
@@ -210,29 +218,34 @@ def _check_terminal(records, deliveries, final, report: Report) -> None:
     for descriptor, info in final.items():
         if info.state in OPEN_STATES:
             report.not_drained.append(f"{descriptor}:{info.state.name}")
-        if info.state != JobState.SUCCEEDED:
-            continue
-        effective = acks.get((descriptor, info.claim))
-        if not effective and (descriptor, info.claim) in sending:
-            continue  # its worker died after sending the ack, before recording the outcome
-        if not effective:
-            report.violations.append(
-                f"{descriptor} SUCCEEDED under claim {info.claim} that no ack sent"
-            )
-            continue
-        if all(r["outcome"] == "fail" for r in effective):
-            report.fail_but_applied.append(descriptor)
-        acked_at = min(r["complete"] for r in effective)
-        for claim, delivery in deliveries.get(descriptor, {}).items():
-            if claim != info.claim and delivery["invoke"] > acked_at:
-                report.violations.append(
-                    f"{descriptor} delivered again (claim {claim}) by a dequeue that began "
-                    f"after its success ack completed"
-                )
+        if info.state == JobState.SUCCEEDED:
+            _check_success(descriptor, info, acks, sending, deliveries, report)
     for (descriptor, claim), sent in acks.items():
         info = final.get(descriptor)
         if info is not None and claim != info.claim:
             report.stale_acks += sum(1 for r in sent if r["outcome"] == "ok")
+
+
+def _check_success(descriptor, info: JobInfo, acks, sending, deliveries, report: Report) -> None:
+    """A SUCCEEDED job: an ack under its final claim was sent, and no dequeue that began after
+    that ack completed delivered it again."""
+    effective = acks.get((descriptor, info.claim))
+    if not effective and (descriptor, info.claim) in sending:
+        return  # its worker died after sending the ack, before recording the outcome
+    if not effective:
+        report.violations.append(
+            f"{descriptor} SUCCEEDED under claim {info.claim} that no ack sent"
+        )
+        return
+    if all(r["outcome"] == "fail" for r in effective):
+        report.fail_but_applied.append(descriptor)
+    acked_at = min(r["complete"] for r in effective)
+    for claim, delivery in deliveries.get(descriptor, {}).items():
+        if claim != info.claim and delivery["invoke"] > acked_at:
+            report.violations.append(
+                f"{descriptor} delivered again (claim {claim}) by a dequeue that began "
+                f"after its success ack completed"
+            )
 
 
 def _check_attempts(deliveries, final, strict: bool, report: Report) -> None:

@@ -405,17 +405,7 @@ class Rig:
         assert old, "the probe found no job to dequeue"
         self._record_deliveries(rec, old, "probe-a")
         mine = {j.descriptor for j in old}
-        again: list = []
-        deadline = time.monotonic() + CLAIM_TIMEOUT + 10
-        while len(again) < len(old) and time.monotonic() < deadline:
-            rec = self.history.invoke("dequeue")
-            got = new_client.dequeue(self.queue, 100)
-            self._record_deliveries(rec, got, "probe-b")
-            again += [j for j in got if j.descriptor in mine]
-            others = [j for j in got if j.descriptor not in mine]
-            if others:
-                self._ack_recorded(new_client, others)
-            time.sleep(0.05)
+        again = self._dequeue_again(new_client, mine)
         assert len(again) == len(old), "reclaimed probe jobs did not come back"
         old_client.ack(self.queue, succeeded=old)
         old_client.ack(self.queue, failed=[AckInfo(j.descriptor, claim=j.claim) for j in old])
@@ -432,6 +422,22 @@ class Rig:
         self._ack_recorded(new_client, again)
         self.stale_acks_rejected += 2 * len(old)
         return 2 * len(old)
+
+    def _dequeue_again(self, client: PinLaterClient, mine: set[str]) -> list:
+        """Dequeue as "probe-b" until the jobs `mine` come back (reclaimed), acking the other
+        jobs it meets; bounded by the claim timeout plus 10 s."""
+        again: list = []
+        deadline = time.monotonic() + CLAIM_TIMEOUT + 10
+        while len(again) < len(mine) and time.monotonic() < deadline:
+            rec = self.history.invoke("dequeue")
+            got = client.dequeue(self.queue, 100)
+            self._record_deliveries(rec, got, "probe-b")
+            again += [j for j in got if j.descriptor in mine]
+            others = [j for j in got if j.descriptor not in mine]
+            if others:
+                self._ack_recorded(client, others)
+            time.sleep(0.05)
+        return again
 
     def _record_deliveries(self, record: dict, jobs, process: str) -> None:
         for job in jobs:

@@ -283,9 +283,10 @@ def test_queues_overview_counts_match_get_job_count_and_show_rates(srv, api, que
         found = [q for q in body["queues"] if q["name"] == queue]
         return found[0] if found and found[0]["counts"] else None
 
-    def settled():
+    def settled():  # a refresh after the last enqueue (the p2 job) and a rate sample
         q = overview()
-        return q if q and q["totals"]["failed"] == 2 and q["rates"]["enqueued"]["1m"] else None
+        done = q and q["totals"]["failed"] == 2 and q["counts"]["pending"]["2"] == 1
+        return q if done and q["rates"]["enqueued"]["1m"] else None
 
     q = wait_for(settled)
     assert q, overview()
@@ -503,6 +504,7 @@ def test_a_failing_shard_leaves_the_overview_and_queue_views_working(srv, api, q
     with (
         intercepted(srv.app.store, "queue_names", fail_with=lost_connection, shards=["2"]),
         intercepted(srv.app.store, "count", fail_with=lost_connection, shards=["2"]),
+        intercepted(srv.app.store, "queue_stats", fail_with=lost_connection, shards=["2"]),
         intercepted(srv.app.store, "scan", fail_with=lost_connection, shards=["2"]),
     ):
         status, body, _ = api.get("/api/v1/queues")

@@ -62,113 +62,128 @@ def test_scripted_workload_shows_up_with_the_right_labels_and_values(tmp_path):
         c = srv.client()
         for queue in ("ops_q", "ops_claims", "ops_other"):
             c.createQueue(CTX, queue)
-        future = int(time.time() * 1000) + 3_600_000
-        enqueue(c, "ops_q", job(b"a"), job(b"b"), job(b"c"), job(b"d", 2), job(b"e", 2))
-        enqueue(c, "ops_q", job(b"later", run_after=future))
-        got = dequeue(c, "ops_q", 3)
-        descriptors = sorted(got.jobs)
-        assert len(descriptors) == 3 and all(":p1:" in d for d in descriptors)
-        ack(c, "ops_q", succeeded=descriptors[:2], failed=descriptors[2:])
-        assert (
-            c.retryFailedJobs(
-                CTX,
-                T.PinLaterRetryFailedJobsRequest(queueName="ops_q", priority=1, attemptsToAllow=1),
-            )
-            == 1
-        )
-        with pytest.raises(PinLaterException):
-            dequeue(c, "not_a_queue_7", 1)
-        with pytest.raises(PinLaterException):
-            c.createQueue(CTX, "bad-name")
-
+        _run_scripted_workload(c)
         f = srv.scrape()
-        req = "pinlater_requests"
-        assert sample(f, req, method="enqueueJobs", queue="ops_q", outcome="ok") == 2
-        assert sample(f, req, method="dequeueJobs", queue="ops_q", outcome="ok") == 1
-        assert sample(f, req, method="retryFailedJobs", queue="ops_q", outcome="ok") == 1
-        assert sample(f, req, method="dequeueJobs", queue="", outcome="QUEUE_NOT_FOUND") == 1
-        assert sample(f, req, method="createQueue", queue="", outcome="QUEUE_NAME_INVALID") == 1
+        _assert_request_and_job_counters(f)
+        _assert_connection_and_shard_metrics(f)
+        _assert_depth_gauges(srv)
+        _assert_janitor_reclaims_per_queue_timeout(srv, c)
+
+
+def _run_scripted_workload(c) -> None:
+    """On ops_q: 6 enqueued (one in the future), 3 dequeued, 2 acked ok and 1 failed then
+    retried; two requests refused (unknown queue, bad name)."""
+    future = int(time.time() * 1000) + 3_600_000
+    enqueue(c, "ops_q", job(b"a"), job(b"b"), job(b"c"), job(b"d", 2), job(b"e", 2))
+    enqueue(c, "ops_q", job(b"later", run_after=future))
+    got = dequeue(c, "ops_q", 3)
+    descriptors = sorted(got.jobs)
+    assert len(descriptors) == 3 and all(":p1:" in d for d in descriptors)
+    ack(c, "ops_q", succeeded=descriptors[:2], failed=descriptors[2:])
+    assert (
+        c.retryFailedJobs(
+            CTX,
+            T.PinLaterRetryFailedJobsRequest(queueName="ops_q", priority=1, attemptsToAllow=1),
+        )
+        == 1
+    )
+    with pytest.raises(PinLaterException):
+        dequeue(c, "not_a_queue_7", 1)
+    with pytest.raises(PinLaterException):
+        c.createQueue(CTX, "bad-name")
+
+
+def _assert_request_and_job_counters(f) -> None:
+    req = "pinlater_requests"
+    assert sample(f, req, method="enqueueJobs", queue="ops_q", outcome="ok") == 2
+    assert sample(f, req, method="dequeueJobs", queue="ops_q", outcome="ok") == 1
+    assert sample(f, req, method="retryFailedJobs", queue="ops_q", outcome="ok") == 1
+    assert sample(f, req, method="dequeueJobs", queue="", outcome="QUEUE_NOT_FOUND") == 1
+    assert sample(f, req, method="createQueue", queue="", outcome="QUEUE_NAME_INVALID") == 1
+    assert (
+        sample(
+            f,
+            "pinlater_request_duration_seconds",
+            "pinlater_request_duration_seconds_count",
+            method="enqueueJobs",
+            queue="ops_q",
+            outcome="ok",
+        )
+        == 2
+    )
+    assert sample(f, "pinlater_jobs_enqueued", queue="ops_q") == 6
+    assert sample(f, "pinlater_jobs_dequeued", queue="ops_q") == 3
+    assert sample(f, "pinlater_acks", queue="ops_q", result="succeeded") == 2
+    assert sample(f, "pinlater_acks", queue="ops_q", result="failed") == 1
+    assert sample(f, "pinlater_jobs_retried", queue="ops_q") == 1
+    assert all(
+        s.labels["queue"] in {"ops_q", "ops_claims", "ops_other", ""} for s in f[req].samples
+    )
+
+
+def _assert_connection_and_shard_metrics(f) -> None:
+    for shard in ("1", "2"):
+        assert sample(f, "pinlater_shard_healthy", shard=shard) == 1
         assert (
             sample(
                 f,
-                "pinlater_request_duration_seconds",
-                "pinlater_request_duration_seconds_count",
-                method="enqueueJobs",
-                queue="ops_q",
-                outcome="ok",
+                "pinlater_shard_call_duration_seconds",
+                "pinlater_shard_call_duration_seconds_count",
+                shard=shard,
+                result="ok",
             )
-            == 2
+            > 0
         )
-        assert sample(f, "pinlater_jobs_enqueued", queue="ops_q") == 6
-        assert sample(f, "pinlater_jobs_dequeued", queue="ops_q") == 3
-        assert sample(f, "pinlater_acks", queue="ops_q", result="succeeded") == 2
-        assert sample(f, "pinlater_acks", queue="ops_q", result="failed") == 1
-        assert sample(f, "pinlater_jobs_retried", queue="ops_q") == 1
-        assert all(
-            s.labels["queue"] in {"ops_q", "ops_claims", "ops_other", ""} for s in f[req].samples
-        )
-        for shard in ("1", "2"):
-            assert sample(f, "pinlater_shard_healthy", shard=shard) == 1
-            assert (
-                sample(
-                    f,
-                    "pinlater_shard_call_duration_seconds",
-                    "pinlater_shard_call_duration_seconds_count",
-                    shard=shard,
-                    result="ok",
-                )
-                > 0
-            )
-        assert sample(f, "pinlater_connections") >= 1
-        assert sample(f, "pinlater_in_flight") == 0
+    assert sample(f, "pinlater_connections") >= 1
+    assert sample(f, "pinlater_in_flight") == 0
 
-        def depth_ready():
-            f = srv.scrape()
-            return (
-                f
-                if sample(f, "pinlater_queue_jobs", queue="ops_q", state="succeeded", priority="1")
-                == 2
-                else None
-            )
 
-        f = wait_for(depth_ready)
-        assert f, "queue depth gauges were not refreshed"
-        expected = {
-            ("pending", "1"): 1,
-            ("pending", "2"): 2,
-            ("pending_future", "1"): 1,
-            ("pending_future", "2"): 0,
-            ("in_progress", "1"): 0,
-            ("succeeded", "1"): 2,
-            ("failed", "1"): 0,
-            ("failed", "2"): 0,
-        }
-        for (state, priority), value in expected.items():
-            assert (
-                sample(f, "pinlater_queue_jobs", queue="ops_q", state=state, priority=priority)
-                == value
-            ), (state, priority)
-        assert {s.labels["queue"] for s in f["pinlater_queue_jobs"].samples} == {
-            "ops_q",
-            "ops_claims",
-            "ops_other",
-        }
-
-        # janitor: the per-queue claim timeout (0.05 s) reclaims ops_claims but not ops_other
-        enqueue(c, "ops_claims", job(b"x", attempts=3), job(b"y", attempts=3))
-        enqueue(c, "ops_other", job(b"z", attempts=3))
-        assert len(dequeue(c, "ops_claims", 2).jobs) == 2
-        assert len(dequeue(c, "ops_other", 1).jobs) == 1
-        time.sleep(0.1)
-        counts = srv.app.janitor.run_once()
-        assert counts.reclaimed_to_pending == 2 and counts.purged_succeeded == 2
+def _assert_depth_gauges(srv) -> None:
+    def depth_ready():
         f = srv.scrape()
-        assert sample(f, "pinlater_jobs_reclaimed", queue="ops_claims", to="pending") == 2
-        assert sample(f, "pinlater_jobs_reclaimed", queue="ops_other", to="pending") is None
-        assert sample(f, "pinlater_jobs_purged", queue="ops_q", state="succeeded") == 2
-        assert (
-            c.getJobCount(CTX, T.PinLaterGetJobCountRequest(queueName="ops_other", jobState=1)) == 1
+        return (
+            f
+            if sample(f, "pinlater_queue_jobs", queue="ops_q", state="succeeded", priority="1") == 2
+            else None
         )
+
+    f = wait_for(depth_ready)
+    assert f, "queue depth gauges were not refreshed"
+    expected = {
+        ("pending", "1"): 1,
+        ("pending", "2"): 2,
+        ("pending_future", "1"): 1,
+        ("pending_future", "2"): 0,
+        ("in_progress", "1"): 0,
+        ("succeeded", "1"): 2,
+        ("failed", "1"): 0,
+        ("failed", "2"): 0,
+    }
+    for (state, priority), value in expected.items():
+        assert (
+            sample(f, "pinlater_queue_jobs", queue="ops_q", state=state, priority=priority) == value
+        ), (state, priority)
+    assert {s.labels["queue"] for s in f["pinlater_queue_jobs"].samples} == {
+        "ops_q",
+        "ops_claims",
+        "ops_other",
+    }
+
+
+def _assert_janitor_reclaims_per_queue_timeout(srv, c) -> None:
+    """The per-queue claim timeout (0.05 s) reclaims ops_claims but not ops_other."""
+    enqueue(c, "ops_claims", job(b"x", attempts=3), job(b"y", attempts=3))
+    enqueue(c, "ops_other", job(b"z", attempts=3))
+    assert len(dequeue(c, "ops_claims", 2).jobs) == 2
+    assert len(dequeue(c, "ops_other", 1).jobs) == 1
+    time.sleep(0.1)
+    counts = srv.app.janitor.run_once()
+    assert counts.reclaimed_to_pending == 2 and counts.purged_succeeded == 2
+    f = srv.scrape()
+    assert sample(f, "pinlater_jobs_reclaimed", queue="ops_claims", to="pending") == 2
+    assert sample(f, "pinlater_jobs_reclaimed", queue="ops_other", to="pending") is None
+    assert sample(f, "pinlater_jobs_purged", queue="ops_q", state="succeeded") == 2
+    assert c.getJobCount(CTX, T.PinLaterGetJobCountRequest(queueName="ops_other", jobState=1)) == 1
 
 
 def test_health_is_503_when_no_shard_takes_enqueues(tmp_path):

@@ -179,31 +179,7 @@ def test_sigterm_with_enqueues_in_flight_loses_no_acknowledged_job(tmp_path):
     setup = server.client()
     setup.createQueue(CTX, "drain")
     setup.close()
-    acked: list[list[str]] = [[] for _ in range(4)]
-
-    def producer(k: int) -> None:
-        client = server.client()
-        try:
-            for i in range(10_000):
-                acked[k].extend(enqueue(client, "drain", 20, f"{k}-{i}-"))
-        except Exception:  # noqa: BLE001 - the server going away ends the loop
-            return
-        finally:
-            client.close()
-
-    threads = [threading.Thread(target=producer, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 10
-    while sum(map(len, acked)) < 2000 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    started = time.monotonic()
-    server.send_signal(signal.SIGTERM)
-    assert server.wait(15) == 0
-    assert time.monotonic() - started < 8
-    for t in threads:
-        t.join(10)
-    descriptors = [d for part in acked for d in part]
+    descriptors = _sigterm_under_enqueue_load(server, producers=4)
     assert len(descriptors) >= 2000
     assert "stopped" in server.log()
     with ServerProcess(QUIET, tmp_path, data_dir=server.data_dir, name="restarted") as again:
@@ -218,6 +194,41 @@ def test_sigterm_with_enqueues_in_flight_loses_no_acknowledged_job(tmp_path):
         assert set(found) == set(descriptors)
         assert {info.jobState for info in found.values()} == {PinLaterJobState.PENDING}
         client.close()
+
+
+def _produce_until_refused(server: ServerProcess, k: int, acked: list[str]) -> None:
+    """Enqueue batches of 20 into `drain` until the server goes away (bounded: 10,000 batches),
+    recording every descriptor an answer acknowledged."""
+    client = server.client()
+    try:
+        for i in range(10_000):
+            acked.extend(enqueue(client, "drain", 20, f"{k}-{i}-"))
+    except Exception:  # noqa: BLE001 - the server going away ends the loop
+        return
+    finally:
+        client.close()
+
+
+def _sigterm_under_enqueue_load(server: ServerProcess, producers: int) -> list[str]:
+    """SIGTERM once 2,000 jobs are acknowledged (or after 10 s) while producers keep enqueueing;
+    the server exits 0 within its 8 s grace. Returns the acknowledged descriptors."""
+    acked: list[list[str]] = [[] for _ in range(producers)]
+    threads = [
+        threading.Thread(target=_produce_until_refused, args=(server, k, acked[k]))
+        for k in range(producers)
+    ]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while sum(map(len, acked)) < 2000 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    started = time.monotonic()
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(15) == 0
+    assert time.monotonic() - started < 8
+    for t in threads:
+        t.join(10)
+    return [d for part in acked for d in part]
 
 
 def test_sigint_is_a_graceful_shutdown_too(tmp_path):

@@ -67,24 +67,10 @@ class AdminHttp:
     ) -> tuple[int, Any, dict[str, str]]:
         """`body` is sent as JSON (`raw` as is); `auth`/`csrf` False leave the credentials or the
         CSRF token out."""
-        sent: dict[str, str] = {}
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-        if data is not None and content_type:
-            sent["Content-Type"] = content_type
-        if auth and self.basic is not None:
-            token = base64.b64encode(f"admin:{self.basic}".encode()).decode()
-            sent["Authorization"] = f"Basic {token}"
-        if auth and self.cookie:
-            sent["Cookie"] = self.cookie
-        if csrf and self.csrf and method != "GET":
-            sent["X-CSRF-Token"] = self.csrf
+        sent = self._headers(method, data is not None, auth, csrf, content_type)
         sent.update(headers or {})
-        if self.secure:
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                self.host, self.port, timeout=self.timeout, context=self.context
-            )
-        else:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        conn = self._connection()
         try:
             conn.request(method, path, body=data, headers=sent)
             response = conn.getresponse()
@@ -97,6 +83,29 @@ class AdminHttp:
         except ValueError:
             decoded = payload.decode("utf-8", "replace")
         return response.status, decoded, answer
+
+    def _headers(
+        self, method: str, has_body: bool, auth: bool, csrf: bool, content_type: str | None
+    ) -> dict[str, str]:
+        """Content type, credentials (basic or the session cookie) and the CSRF token."""
+        sent: dict[str, str] = {}
+        if has_body and content_type:
+            sent["Content-Type"] = content_type
+        if auth and self.basic is not None:
+            token = base64.b64encode(f"admin:{self.basic}".encode()).decode()
+            sent["Authorization"] = f"Basic {token}"
+        if auth and self.cookie:
+            sent["Cookie"] = self.cookie
+        if csrf and self.csrf and method != "GET":
+            sent["X-CSRF-Token"] = self.csrf
+        return sent
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self.secure:
+            return http.client.HTTPSConnection(
+                self.host, self.port, timeout=self.timeout, context=self.context
+            )
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
 
 
 def error_code(body: Any) -> str | None:

@@ -183,3 +183,43 @@ def test_a_request_id_retried_by_its_client_warns_once(caplog):
     rlog.record("createQueue", RequestContext(source="cli"), "q", "UNKNOWN", 0.0)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 5
+
+
+def _series_of(metrics: Metrics, queue: str) -> list[str]:
+    from prometheus_client import generate_latest
+
+    text = generate_latest(metrics.registry).decode()
+    return [line for line in text.splitlines() if f'queue="{queue}"' in line]
+
+
+def test_forget_queue_removes_every_series_of_the_queue_and_only_those():
+    metrics = Metrics()
+    for queue in ("gone", "kept"):
+        metrics.queues.add(queue)
+        metrics.request("enqueueJobs", queue, "ok", 0.001)
+        for event in ("enqueued", "dequeued", "acked_succeeded", "acked_failed", "deleted"):
+            metrics.jobs(event, queue, 2)
+        metrics.janitor_queue(queue, 1, 1, 1, 1)
+        metrics.dequeue_refused(queue, "rate")
+        metrics.schedule_queue(queue, 1, 1, 1)
+    # every metric with a queue label is covered, including any added later to Metrics
+    assert {m._name for m in metrics.per_queue} >= {"pinlater_requests", "pinlater_jobs_purged"}
+    assert len(_series_of(metrics, "gone")) > 20
+    kept = _series_of(metrics, "kept")
+    told = []
+    metrics.on_forget.append(told.append)
+    metrics.forget_queue("gone")
+    assert _series_of(metrics, "gone") == []
+    assert _series_of(metrics, "kept") == kept
+    assert told == ["gone"]
+    assert metrics.queues.label("gone") == NO_QUEUE  # later requests count under queue=""
+
+
+def test_a_series_made_for_a_queue_forgotten_meanwhile_is_removed_again():
+    """The race: a request picked the label before the delete, makes its child after it."""
+    metrics = Metrics()
+    metrics.queues.add("q")
+    label = metrics.queues.label("q")
+    metrics.forget_queue("q")
+    metrics._child(metrics.jobs_enqueued, label).inc()
+    assert _series_of(metrics, "q") == []

@@ -112,3 +112,20 @@ def test_watched_file_that_does_not_exist_yet_changes_when_it_appears(tmp_path):
     assert watched.digest is None and not watched.changed()
     path.write_bytes(b"")
     assert watched.changed()
+
+
+def test_a_callable_interval_is_asked_before_each_wait():
+    asked = []
+
+    def interval() -> float:
+        asked.append(len(passes.times))
+        return 0.01
+
+    passes = Passes()
+    thread = Periodic("spread", interval, passes)
+    thread.start()
+    try:
+        assert passes.done.wait(5)
+    finally:
+        thread.stop()
+    assert asked[:3] == [0, 1, 2]

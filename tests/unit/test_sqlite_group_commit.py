@@ -204,6 +204,37 @@ def test_a_nested_write_on_one_thread_is_refused_instead_of_deadlocking(db):
     writer.close()
 
 
+def test_exclusive_commits_the_open_group_and_holds_writers_on_the_lock(db):
+    """A write on another connection of the process (a stepped free) takes the writer's lock
+    with no group open: the waiting group's members are committed first, and writers arriving
+    meanwhile queue on the lock, not in SQLite's busy handler (busy_timeout 0 here: a writer
+    meeting SQLite's lock would fail at once)."""
+    writer = _writer(db)
+    requests = Requests(writer)
+    first = FirstRequest(writer, 1, 1)
+    first.start(requests)
+    other = sqlite3.connect(db, isolation_level=None, check_same_thread=False, timeout=0)
+    inside = threading.Event()
+
+    def free_step() -> None:
+        with writer.exclusive():
+            other.execute("BEGIN IMMEDIATE")  # fails if the group were still open
+            inside.set()
+            _wait_until(lambda: writer.waiting >= 1)
+            other.execute("INSERT INTO t VALUES (2)")
+            other.execute("COMMIT")
+
+    stepper = threading.Thread(target=free_step)
+    stepper.start()
+    assert inside.wait(10)
+    requests.start("later", _insert(3))  # queues on the lock while the step holds SQLite's
+    stepper.join(10)
+    assert requests.join() == {"first": "ok", "later": "ok"}
+    assert _stored(db) == [1, 2, 3]
+    other.close()
+    writer.close()
+
+
 def test_after_close_writes_fail_with_a_final_shard_error(db):
     writer = _writer(db)
     with writer.transaction() as cur:

@@ -51,6 +51,24 @@ SELECT COUNT(*) FROM (
     SELECT 1 FROM {table} WHERE state = :state AND run_after > :now LIMIT :cap
 ) AS capped
 
+-- name: table_stats
+-- One job table as one row of `Shard.queue_stats` (which joins one such select per table with
+-- UNION ALL, `{part}` being each one's bound number): jobs per state due (run_after <= :now)
+-- and future, each counted exactly up to :cap, then the oldest updated_at of IN_PROGRESS,
+-- SUCCEEDED and FAILED jobs (NULL when none; the updated_at index makes each one a seek).
+SELECT {part} AS part,
+    (SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE state = 0 AND run_after <= :now LIMIT :cap) AS c) AS due0,
+    (SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE state = 0 AND run_after > :now LIMIT :cap) AS c) AS future0,
+    (SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE state = 1 AND run_after <= :now LIMIT :cap) AS c) AS due1,
+    (SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE state = 1 AND run_after > :now LIMIT :cap) AS c) AS future1,
+    (SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE state = 2 AND run_after <= :now LIMIT :cap) AS c) AS due2,
+    (SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE state = 2 AND run_after > :now LIMIT :cap) AS c) AS future2,
+    (SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE state = 3 AND run_after <= :now LIMIT :cap) AS c) AS due3,
+    (SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE state = 3 AND run_after > :now LIMIT :cap) AS c) AS future3,
+    (SELECT MIN(updated_at) FROM {table} WHERE state = 1) AS oldest1,
+    (SELECT MIN(updated_at) FROM {table} WHERE state = 2) AS oldest2,
+    (SELECT MIN(updated_at) FROM {table} WHERE state = 3) AS oldest3
+
 -- name: scan_current
 -- One page of jobs in :state with run_after <= :now strictly after the bound
 -- (:ra, :id) in (run_after DESC, local_id DESC) order; the body only when :with_body is 1.

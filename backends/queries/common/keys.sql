@@ -6,3 +6,8 @@
 -- name: key_holders
 -- The records of the given keys ({ids} binds the keys, padded with '', which no key is).
 SELECT ukey, priority, local_id FROM {table} WHERE ukey IN ({ids})
+
+-- name: key_stats
+-- One key table as one row of `Shard.queue_stats` (joined like table_stats): the earliest
+-- expires_at of its records (NULL when none; the expiry index makes it a seek).
+SELECT {part} AS part, MIN(expires_at) AS first_expiry FROM {table}

@@ -125,6 +125,11 @@ DROP DATABASE IF EXISTS {db}
 SELECT TABLE_SCHEMA FROM information_schema.TABLES
 WHERE TABLE_SCHEMA LIKE :pattern AND TABLE_NAME = 'jobs_p1'
 
+-- name: stats_tables
+-- (database, table) of every table in the databases whose name matches a LIKE pattern: the
+-- queues of this shard and their tables, for `queue_stats` (one catalogue read).
+SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA LIKE :pattern
+
 -- name: database_tables
 -- The tables of one database, by its exact name.
 SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = :db

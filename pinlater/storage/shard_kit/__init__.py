@@ -83,6 +83,7 @@ CHECK_MODULES = tuple(
         "acks",
         "checkpoint",
         "reads",
+        "stats",
         "bulk",
         "janitor",
         "shards",
