@@ -343,11 +343,11 @@ class MySQLShard(SQLShard):
         return True
 
     def _open_books(self, db: str) -> None:
-        """Slot 0 of a ledger table just given to a queue that existed without one (created
-        by an older version): its jobs present now as enqueued, so its books balance from then
-        on. (A write that lazily seeded a slot between the table's creation and this count
-        would be counted twice; writes to the queue fail until the table exists, so that is a
-        window of one round trip, once, at the upgrade.)"""
+        """The opening row (row 1, reserved) of a ledger table just given to a queue that
+        existed without one (created by an older version): its jobs present now as enqueued,
+        so its books balance from then on. (A write committed between the table's creation
+        and this count would be counted twice; writes to the queue fail until the table
+        exists, so that is a window of one round trip, once, at the upgrade.)"""
         with self._connected_transaction(read_only=False) as cur:
             present = sum(
                 self._run(cur, "count_all", (db, f"jobs_p{p}"), {}).fetchone()[0]

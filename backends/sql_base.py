@@ -317,6 +317,7 @@ class SQLShard(Shard):
         """Identifier parts of the queue's ledger table (queries/common/ledger.sql); raise
         QueueNotFound (here or from the first statement on it) for a missing queue."""
 
+    @abc.abstractmethod
     def _stats_tables(self, cur: Any, queues: Sequence[str]) -> dict[str, StatsTables]:
         """For each of `queues` that exists: its job tables that exist, by priority, and its
         unique-key table if it exists; read in a fixed number of round trips (the registry or
