@@ -25,6 +25,7 @@ from pinlater.ops.depth import DepthCollector
 from pinlater.ops.drain import DrainProgress
 from pinlater.ops.janitor import Janitor
 from pinlater.ops.janitor_activity import JanitorActivity
+from pinlater.ops.ledger_audit import LedgerAudit
 from pinlater.ops.maintenance import ShardMaintenance, ShardMapWatcher
 from pinlater.ops.metrics import Metrics, dequeue_path_metrics, drain_gauges, live_gauges
 from pinlater.ops.observer import OperatingObserver
@@ -167,6 +168,9 @@ class App:
             queues_per_tick=config.metrics.depth_queues_per_tick,
             interval=config.metrics.depth_interval_seconds,
         )
+        self.ledger_audit = LedgerAudit(
+            self.store, self.metrics, per_pass=config.metrics.ledger_audits_per_pass
+        )
         self.schedules = schedule_ops.ScheduleRunner(
             self.store,
             # late-bound: a re-read queue config replaces `config`
@@ -288,6 +292,12 @@ class App:
             scheme,
             *self.metrics_server.address,
             ", admin API: /api/v1/, dashboard: /ui/" if self.admin_enabled else "",
+        )
+        self._every(
+            "ledger-audit",
+            metrics.ledger_audit_interval_seconds,
+            self.ledger_audit.run_once,
+            at_start=True,
         )
         self._every("queue-depth", self.depth.sweep.wait_seconds, self.depth.tick, at_start=True)
         if self.admin_enabled:
