@@ -63,6 +63,7 @@ class Scripts:
     settings_read: Script
     settings_write: Script
     purge_keys: Script
+    ledger: Script
     queue_stats: Script
 
     def __init__(self, client: redis.Redis):

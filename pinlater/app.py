@@ -25,6 +25,7 @@ from pinlater.ops.depth import DepthCollector
 from pinlater.ops.drain import DrainProgress
 from pinlater.ops.janitor import Janitor
 from pinlater.ops.janitor_activity import JanitorActivity
+from pinlater.ops.ledger_audit import LedgerAudit
 from pinlater.ops.maintenance import ShardMaintenance, ShardMapWatcher
 from pinlater.ops.metrics import Metrics, dequeue_path_metrics, drain_gauges, live_gauges
 from pinlater.ops.observer import OperatingObserver
@@ -132,7 +133,7 @@ class App:
 
     def _build_operating(self, config: Config) -> None:
         """Metrics, per-queue rate limits (queue config + ServerSet) and admission caps."""
-        self.metrics = Metrics()
+        self.metrics = Metrics(config.metrics.max_queues)
         self.shard_stats = ShardStats()
         self.store.call_observer = self.metrics.shard_call
         if self.admin_enabled:  # the admin API's shard view: recent latencies and errors
@@ -166,6 +167,9 @@ class App:
             cap=config.metrics.depth_count_cap,
             queues_per_tick=config.metrics.depth_queues_per_tick,
             interval=config.metrics.depth_interval_seconds,
+        )
+        self.ledger_audit = LedgerAudit(
+            self.store, self.metrics, per_pass=config.metrics.ledger_audits_per_pass
         )
         self.schedules = schedule_ops.ScheduleRunner(
             self.store,
@@ -288,6 +292,12 @@ class App:
             scheme,
             *self.metrics_server.address,
             ", admin API: /api/v1/, dashboard: /ui/" if self.admin_enabled else "",
+        )
+        self._every(
+            "ledger-audit",
+            metrics.ledger_audit_interval_seconds,
+            self.ledger_audit.run_once,
+            at_start=True,
         )
         self._every("queue-depth", self.depth.sweep.wait_seconds, self.depth.tick, at_start=True)
         if self.admin_enabled:

@@ -254,9 +254,17 @@ class MetricsConfig:
     depth_interval_seconds: float = field(default=15.0, metadata=_range(0.05, 86_400))
     #: each depth gauge counts at most this many jobs (keeps a refresh cheap on big queues)
     depth_count_cap: int = field(default=100_000, metadata=_range(1, 2**31 - 1))
+    #: how often the ledger audit runs (pinlater_ledger_imbalance_jobs), and how many
+    #: (queue, shard) books one pass reads at most: an audit of a queue's books on SQL
+    #: storage counts its jobs, so the work per pass is bounded and the queues take turns
+    ledger_audit_interval_seconds: float = field(default=30.0, metadata=_range(0.05, 86_400))
+    ledger_audits_per_pass: int = field(default=4, metadata=_range(1, 100_000))
     #: queues one depth tick reads (one call per shard); ticks are spread so that each queue
     #: is read once per depth_interval_seconds
     depth_queues_per_tick: int = field(default=200, metadata=_range(1, 1000))
+    #: queues with series of their own in /metrics (0: every queue); the others are counted
+    #: together under queue="(other)", so /metrics stays bounded however many queues exist
+    max_queues: int = field(default=0, metadata=_range(0, 1_000_000))
     #: threads that serve the HTTP listener (/metrics, /health, /api/v1); a connection that
     #: finds them all busy and `http_max_waiting` connections waiting is closed at once
     http_threads: int = field(default=8, metadata=_range(1, 256))

@@ -96,6 +96,10 @@ EXAMPLES = {
         pinlater pause --queue emails --metrics-port 9998 --password secret""",
     "resume": """
         PINLATER_ADMIN_PASSWORD=secret pinlater resume --queue emails""",
+    "audit": """
+        PINLATER_ADMIN_PASSWORD=secret pinlater audit   # every queue; exit code 1 if a book
+                                                        # does not balance
+        pinlater audit -q emails --password secret --json""",
     "shards": """
         PINLATER_ADMIN_PASSWORD=secret pinlater shards  # health, mode, drain progress
         pinlater shards --metrics-port 9998 --password secret --json""",
@@ -245,6 +249,11 @@ def build_parser(handlers: dict[str, Callable]) -> argparse.ArgumentParser:
         )
         _queue(p)
         _admin_api_options(p)
+    p = command(
+        "audit", "the ledger of each queue per shard: counters, jobs present, balance (admin API)"
+    )
+    p.add_argument("--queue", "-q", help="only this queue")
+    _admin_api_options(p)
     _admin_api_options(
         command("shards", "shards: health, dequeue_only, unfinished jobs left (admin API)")
     )

@@ -167,6 +167,24 @@ class AdminReads:
         out["placement"] = _placement_json(ctx.store, queue)
         return out
 
+    def ledger(self, name: object | None = None) -> dict[str, Any]:
+        """The books of one queue (or of every queue) per shard, each read now in one snapshot
+        on its shard (docs/semantics.md `A-books-balance`)."""
+        ctx = self.ctx
+        queues = sorted(ctx.queue_names()) if name is None else [ctx.existing_queue(name)]
+        out = []
+        for queue in queues:
+            books = ctx.store.ledger(queue)
+            out.append(
+                {
+                    "queue": queue,
+                    "balanced": all(b.balanced for b in books.values()),
+                    "imbalance": sum(b.imbalance for b in books.values()),
+                    "shards": {shard: books[shard].as_dict() for shard in sorted(books)},
+                }
+            )
+        return {"queues": out}
+
     def _queue_summary(self, queue: str, counts, with_series: bool) -> dict[str, Any]:
         settings = self.ctx.settings.effective(queue)
         out: dict[str, Any] = {

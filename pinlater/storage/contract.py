@@ -34,6 +34,14 @@ Rules every implementation follows:
   whatever becomes of the job (deleted and purged jobs included). Checking a key and storing
   its job is one transaction (script call), so concurrent enqueues of one key from any number
   of servers store one job. Expired records are removed by `purge_keys` (the janitor).
+- The ledger (`pinlater/storage/ledger.py`): every primitive that stores, claims, acks,
+  reclaims, deletes or purges jobs adds what it did to the queue's counters on the shard in
+  the same transaction (script call) as the jobs it changed, so a crash or a rollback never
+  separates them. `ledger` reads the counters and the jobs per state in one snapshot. The
+  counters belong to the queue: `delete_queue` removes them with it, and a queue created again
+  starts with empty books. A storage with row locks may keep the counters as a journal (one
+  row per transaction, so writers never wait for one another, nor for a transaction its
+  client abandoned) that `fold_ledger` (the janitor) folds into one row.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from pinlater.common.sections import ConfigError
+from pinlater.storage.ledger import LedgerBook
 from pinlater.storage.models import (
     Ack,
     Checkpoint,
@@ -305,6 +314,23 @@ class Shard(abc.ABC):
     def purge_keys(self, queue: str, limit: int) -> int:
         """Delete up to `limit` expired unique-key records (expires_at <= now) of the queue, in
         one transaction (script call); return how many."""
+
+    # ---- ledger ----
+    @abc.abstractmethod
+    def ledger(self, queue: str) -> LedgerBook:
+        """The queue's books on this shard: its counters and its jobs per state, read in one
+        snapshot (one read transaction or script call), so they agree however busy the queue
+        is. Work is proportional to the queue's jobs on the shard for SQL (an index count per
+        state) and to its priorities for Redis (ZCARD)."""
+
+    #: the ledger is a journal that `fold_ledger` folds (the janitor calls it only then)
+    ledger_journal: ClassVar[bool] = False
+
+    def fold_ledger(self, queue: str, limit: int) -> int:
+        """Fold up to `limit` rows of the queue's ledger journal into one, in one transaction
+        (the books read the same before and after); return how many rows it removed. A
+        storage whose counters are one row or hash has nothing to fold (0)."""
+        return 0
 
     # ---- runtime queue settings (one document, kept on the first shard of the map) ----
     @abc.abstractmethod

@@ -35,6 +35,7 @@ from pinlater.storage.descriptors import MAX_LOCAL_ID, JobDescriptor
 from pinlater.storage.empty_partitions import EmptyPartitions
 from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
 from pinlater.storage.health import ShardHealth
+from pinlater.storage.ledger import LedgerBook
 from pinlater.storage.models import (
     Ack,
     Checkpoint,
@@ -398,6 +399,12 @@ class ShardedBackend:
         for found in self._fan_out(self.shard_names(), lambda s: s.queue_names()).values():
             names |= found
         return names
+
+    def ledger(self, queue: str, shards: Iterable[str] | None = None) -> dict[str, LedgerBook]:
+        """The queue's books on each shard (or on `shards`), each read in one snapshot on
+        its shard (`Shard.ledger`); the first error wins, as for counts."""
+        names = self.shard_names() if shards is None else list(shards)
+        return self._fan_out(names, lambda s: s.ledger(queue))
 
     # ---------------------------------------------------------------- jobs
 

@@ -36,6 +36,7 @@ PREFIXES = {
     "Q": "Queues",
     "U": "Unique keys",
     "P": "Periodic jobs",
+    "A": "Ledger",
     "J": "Janitor",
     "X": "Concurrency",
 }
