@@ -42,6 +42,8 @@ from backends.mysql_pool import (
     InstancePool,
     InstanceSettings,
     ServerInfo,
+    commit,
+    end_failed,
     lock_wait_seconds,
     translate,
 )
@@ -251,6 +253,9 @@ class MySQLShard(SQLShard):
     def _require_queue(self, cur: Any, queue: str) -> None:
         self._run(cur, "queue_probe", self._job_table(cur, queue, 1), {}).fetchall()
 
+    #: one round trip reads this many tables' stats (a statement of ~60 KB)
+    stats_tables_per_statement = 50
+
     def _ledger_table(self, cur: Any, queue: str) -> tuple[str, ...]:
         # as _key_table (the missing-tables repair gives a queue created before the ledger
         # its table, with its opening balance)
@@ -387,13 +392,14 @@ class MySQLShard(SQLShard):
                 if read_only:  # one snapshot for every statement (sessions are READ COMMITTED)
                     cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 conn.begin()
-                yield cur
-                conn.commit()
+                with cur.no_failover():  # a lost connection is not reopened inline (end_failed)
+                    yield cur
+                commit(conn)
             except pymysql.err.Error as exc:
-                _rollback(conn)
+                end_failed(conn)
                 raise self._translate(exc) from exc
             except BaseException:
-                _rollback(conn)
+                end_failed(conn)
                 raise
             finally:
                 cur.close()
@@ -689,10 +695,3 @@ def _packet_chunks(rows: list[dict[str, Any]], budget: int) -> Iterator[list[dic
         size += row_size
     if chunk:
         yield chunk
-
-
-def _rollback(conn: Any) -> None:
-    try:
-        conn.rollback()
-    except Exception:  # noqa: BLE001 - the connection is reported with the original error
-        pass

@@ -476,6 +476,11 @@ class RedisShard(Shard):
             args += [priority, keys.id19(local_id)]
         return _records(self._run(self._scripts.lookup, queue, args))
 
+    def next_due_ms(self, queue: str) -> int | None:
+        args = [queue, self._prefix(queue), self._offset(), self.limits.num_priorities]
+        due = self._run(self._scripts.next_due, queue, args)
+        return None if due is None else int(due)
+
     def queue_stats(self, queues: Sequence[str], cap: int) -> dict[str, QueueStats]:
         args: list = [self._offset(), max(int(cap), 0), self.limits.num_priorities]
         for queue in queues:

@@ -55,6 +55,7 @@ class Scripts:
     lookup: Script
     page: Script
     count: Script
+    next_due: Script
     retry_failed: Script
     delete_jobs: Script
     reclaim: Script

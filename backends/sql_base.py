@@ -77,8 +77,6 @@ _NAME_LINE = re.compile(r"--\s*name:\s*(\w+)\s*$")
 _OVERRIDES_LINE = re.compile(r"--\s*overrides:\s*(\S.*?)\s*$")
 #: id lists are padded to a power of two up to this size (few distinct statement texts)
 MAX_ID_LIST = 1024
-#: tables one statement of `queue_stats` reads (SQLite allows 500 terms in a compound select)
-STATS_TABLES_PER_STATEMENT = 100
 _STATS_TRIES = 3
 #: `:inline` when no budget bounds a call: every body is read by the first select
 _ALL_INLINE = 2**62
@@ -288,6 +286,10 @@ class SQLShard(Shard):
 
     dialect: SQLDialect
     queries: QueryBook
+    #: tables one `queue_stats` statement reads (UNION ALL of one select per table): a dialect
+    #: with round trips to save joins many (SQLite would allow 500 terms), an in-process one
+    #: gains nothing and pays for big statements in prepare time and statement-cache memory
+    stats_tables_per_statement: int = 1
 
     # ---- dialect hooks ----
     @abc.abstractmethod
@@ -322,6 +324,11 @@ class SQLShard(Shard):
         """For each of `queues` that exists: its job tables that exist, by priority, and its
         unique-key table if it exists; read in a fixed number of round trips (the registry or
         the catalogue), never one per queue."""
+
+    def _stats_read(self) -> AbstractContextManager[Any]:
+        """The read `queue_stats` runs in (default `_read`; a dialect may keep its many
+        one-off statements out of the statement caches of its pooled connections)."""
+        return self._read()
 
     def _tx_now(self, cur: Any) -> int:
         """The shard clock for this transaction (override where the storage owns the clock)."""
@@ -552,6 +559,20 @@ class SQLShard(Shard):
                 self._book(cur, queue, dequeued=len(rows))
         return [new_dequeued_job(priority, r[0], bytes(r[1]), r[3], r[4], claim) for r in rows]
 
+    def next_due_ms(self, queue: str) -> int | None:
+        """One read snapshot: the shard clock, then `next_due` per priority table."""
+        earliest = None
+        with self._read() as cur:
+            now = self._tx_now(cur)
+            self._require_queue(cur, queue)
+            for priority in range(1, self.limits.num_priorities + 1):
+                table = self._job_table(cur, queue, priority)
+                row = self._run(cur, "next_due", table, {}).fetchone()
+                if row is not None and row[0] is not None:
+                    due = int(row[0])
+                    earliest = due if earliest is None else min(earliest, due)
+        return None if earliest is None else max(0, earliest - now)
+
     def _eligible(
         self, cur: Any, table: tuple[str, ...], limit: int, budget: ByteBudget | None, lock: str
     ) -> list:
@@ -732,22 +753,28 @@ class SQLShard(Shard):
         raise AssertionError("unreachable")
 
     def _queue_stats(self, queues: Sequence[str], cap: int) -> dict[str, QueueStats]:
-        with self._read() as cur:
+        with self._stats_read() as cur:
             now = self._tx_now(cur)
             layout = self._stats_tables(cur, queues)
+            zeros = _zero_counts(self.limits.num_priorities)  # a table not read: empty
+            stats = {
+                q: QueueStats(now_ms=now, counts=dict(zeros), oldest_update={}) for q in layout
+            }
             job_tables = [(q, p, t) for q, (by_p, _) in layout.items() for p, t in by_p.items()]
-            key_tables = [(q, t) for q, (_, t) in layout.items() if t is not None]
-            stats = {q: QueueStats(now_ms=now, counts={}, oldest_update={}) for q in layout}
-            params = {"now": now, "cap": cap}
-            for chunk, rows in self._union_rows(cur, "table_stats", job_tables, params):
+            query, params = ("table_stats", {"now": now, "cap": cap}) if cap else ("table_ages", {})
+            for chunk, rows in self._union_rows(cur, query, job_tables, params):
                 for row in rows:
                     queue, priority, _ = chunk[row[0]]
-                    _add_table_stats(stats[queue], priority, row[1:])
-            firsts = {}
-            for chunk, rows in self._union_rows(cur, "key_stats", key_tables, {}):
-                firsts.update({chunk[row[0]][0]: row[1] for row in rows if row[1] is not None})
+                    values = row[1:] if cap else (0,) * 8 + tuple(row[1:])  # ages: no counts
+                    _add_table_stats(stats[queue], priority, values)
+            key_tables = [(q, t) for q, (_, t) in layout.items() if t is not None]
+            firsts = {
+                chunk[row[0]][0]: row[1]
+                for chunk, rows in self._union_rows(cur, "key_stats", key_tables, {})
+                for row in rows
+            }
         return {
-            q: dataclasses.replace(s, first_key_expiry=firsts.get(q)) if q in firsts else s
+            q: dataclasses.replace(s, first_key_expiry=firsts[q]) if firsts.get(q) else s
             for q, s in stats.items()
         }
 
@@ -755,10 +782,11 @@ class SQLShard(Shard):
         self, cur: Any, name: str, parts: Sequence[tuple], params: Mapping[str, Any]
     ) -> Iterator[tuple[Sequence[tuple], list]]:
         """(chunk, its rows) of query `name` over the tables that end each tuple of `parts`,
-        STATS_TABLES_PER_STATEMENT tables per statement; a row's first column is its index
+        `stats_tables_per_statement` tables per statement; a row's first column is its index
         in the chunk."""
-        for start in range(0, len(parts), STATS_TABLES_PER_STATEMENT):
-            chunk = parts[start : start + STATS_TABLES_PER_STATEMENT]
+        step = self.stats_tables_per_statement
+        for start in range(0, len(parts), step):
+            chunk = parts[start : start + step]
             sql = self.queries.union_all(name, [part[-1] for part in chunk])
             numbered = {f"part_{i}": i for i in range(len(chunk))}
             cur.execute(sql, {**params, **numbered})
@@ -988,6 +1016,10 @@ class SQLShard(Shard):
 
 #: a queue's job tables by priority and its unique-key table (None: it has none)
 StatsTables = tuple[dict[int, tuple[str, ...]], tuple[str, ...] | None]
+
+
+def _zero_counts(levels: int) -> dict[tuple[int, JobState, bool], int]:
+    return {(p, st, fu): 0 for p in range(1, levels + 1) for st in JobState for fu in (False, True)}
 
 
 def _add_table_stats(stats: QueueStats, priority: int, values: Sequence[Any]) -> None:

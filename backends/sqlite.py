@@ -74,6 +74,9 @@ class SQLiteShardSpec(ShardSpec):
 class SQLiteBackend(Backend):
     kind = "sqlite"
     supports_shard_reload = True  # opening and closing a shard is just opening a file
+    #: one writer per file at a time whatever the connections: a second connection for
+    #: enqueues would only contend for the lock (its writer thread already batches them)
+    isolates_connections = False
 
     def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
         super().__init__({**DEFAULT_OPTIONS, **options}, limits)
@@ -158,6 +161,9 @@ class SQLiteShard(SQLShard):
         self.busy_timeout_ms = busy_timeout_ms
         self._clock = clock
         self._idle: list[sqlite3.Connection] = []
+        #: queue_stats' own connection (see _stats_read) and its lock
+        self._stats_conn: sqlite3.Connection | None = None
+        self._stats_lock = threading.Lock()
         self._writer = GroupCommit(self.name, self._connect, self._translate)
         self._lock = threading.Lock()
         self._closed = False
@@ -209,13 +215,13 @@ class SQLiteShard(SQLShard):
         return int(self._clock() * 1000) + self.clock_offset_ms
 
     # ---- connections and transactions ----
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, cached_statements: int = 512) -> sqlite3.Connection:
         conn = sqlite3.connect(
             self.path,
             isolation_level=None,
             check_same_thread=False,
             timeout=self.busy_timeout_ms / 1000,
-            cached_statements=512,
+            cached_statements=cached_statements,
         )
         conn.execute(f"PRAGMA synchronous={self.synchronous}")
         if self._secure_delete is None:  # the build's default, restored after a _free
@@ -282,6 +288,25 @@ class SQLiteShard(SQLShard):
     def _read(self):
         return self._transaction("BEGIN")
 
+    @contextmanager
+    def _stats_read(self) -> Iterator[sqlite3.Cursor]:
+        """A read on the shard's one stats connection, which caches no statement: queue_stats
+        runs a one-off statement per job table (thousands with many queues), which would
+        otherwise push the hot statements out of the pooled connections' caches. Kept open (a
+        new connection would parse the whole schema, every queue's tables, first)."""
+        if not self._ready:
+            self._prepare()
+        with self._stats_lock:
+            if self._stats_conn is None:
+                self._stats_conn = self._guarded(lambda: self._connect(cached_statements=0))
+            try:
+                with self._transaction("BEGIN", self._stats_conn) as cur:
+                    yield cur
+            except (sqlite3.Error, ShardError, StorageFull):
+                self._stats_conn.close()
+                self._stats_conn = None
+                raise
+
     def _guarded(self, action: Callable[[], Any]) -> Any:
         try:
             return action()
@@ -314,12 +339,15 @@ class SQLiteShard(SQLShard):
             if name in wanted
         }
         existing = {row[0] for row in cur.execute(self.queries.render("job_tables"))}
+        # a job table that never held a job is empty: not read at all (with many idle queues
+        # most are, and each read is a statement to prepare)
+        used = {row[0] for row in cur.execute(self.queries.render("used_tables"))}
         found: dict[str, StatsTables] = {}
         for name, queue_id in ids.items():
             tables = {p: f"q{queue_id}_p{p}" for p in range(1, self.limits.num_priorities + 1)}
             keys = _key_table_name(queue_id)
             found[name] = (
-                {p: (table,) for p, table in tables.items() if table in existing},
+                {p: (table,) for p, table in tables.items() if table in used},
                 (keys,) if keys in existing else None,
             )
         return found
@@ -497,6 +525,10 @@ class SQLiteShard(SQLShard):
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+        with self._stats_lock:
+            if self._stats_conn is not None:
+                self._stats_conn.close()
+                self._stats_conn = None
         self._writer.close()
 
 

@@ -27,7 +27,7 @@ from pinlater.ops.janitor import Janitor
 from pinlater.ops.janitor_activity import JanitorActivity
 from pinlater.ops.ledger_audit import LedgerAudit
 from pinlater.ops.maintenance import ShardMaintenance, ShardMapWatcher
-from pinlater.ops.metrics import Metrics, drain_gauges, live_gauges
+from pinlater.ops.metrics import Metrics, dequeue_path_metrics, drain_gauges, live_gauges
 from pinlater.ops.observer import OperatingObserver
 from pinlater.ops.periodic import Periodic
 from pinlater.ops.placement_check import PlacementCheck
@@ -82,12 +82,18 @@ class App:
         self.config = config
         backend_cls = backend_class(config.backend.kind)
         self.backend = backend_cls(config.backend.options, config.storage_limits())
+        enqueue_backend = None
+        if config.server.role == "all" and backend_cls.isolates_connections:
+            # enqueues get storage connections of their own (a dequeue storm cannot hold them)
+            enqueue_backend = backend_cls(config.backend.options, config.storage_limits())
         self.store = ShardedBackend(
             self.backend,
             config.backend.shards,
             num_priorities=config.priorities.levels,
             retries=config.sharding.retries,
             unhealthy_after_failures=config.sharding.unhealthy_after_failures,
+            empty_partition_ttl=config.sharding.empty_partition_ttl_seconds,
+            enqueue_backend=enqueue_backend,
             retired=config.backend.retired_shards,
         )
         self.started = time.monotonic()
@@ -114,6 +120,7 @@ class App:
             unique_window_for=lambda q: self.queue_config.config.unique_window_seconds(q),  # noqa: PLW0108
             schedules=self.schedules.views,
         )
+        self.metrics.registry.register(dequeue_path_metrics(self.store, self.handler.longpoll))
         self.janitor = Janitor(
             self.store,
             config.janitor,
@@ -126,7 +133,7 @@ class App:
 
     def _build_operating(self, config: Config) -> None:
         """Metrics, per-queue rate limits (queue config + ServerSet) and admission caps."""
-        self.metrics = Metrics()
+        self.metrics = Metrics(config.metrics.max_queues)
         self.shard_stats = ShardStats()
         self.store.call_observer = self.metrics.shard_call
         if self.admin_enabled:  # the admin API's shard view: recent latencies and errors

@@ -176,7 +176,12 @@ def cmd_dequeue(args, out, err):
             raise UsageError("--dequeue_success_percent must be 0..100")
         return _load(args, out, err, "dequeue")
     with make_client(args) as client:
-        jobs = client.dequeue(args.queue, args.limit, dry_run=args.dry_run)
+        jobs = client.dequeue(
+            args.queue,
+            args.limit,
+            dry_run=args.dry_run,
+            wait_ms=0 if args.dry_run else args.wait_ms,
+        )
         if args.ack and jobs and not args.dry_run:
             acks = [
                 AckInfo(j.descriptor, claim=j.claim, retry_delay_ms=args.retry_delay_ms)

@@ -59,6 +59,7 @@ EXAMPLES = {
         pinlater dequeue --queue emails --limit 5                 # claimed until acked or timed out
         pinlater dequeue --queue emails --limit 5 --ack success
         pinlater dequeue --queue emails --dry-run                 # look, claim nothing
+        pinlater dequeue --queue emails --wait-ms 20000           # wait up to 20 s for a job
         # load for 10 s: dequeue 100 per request, ack 90% as success
         pinlater dequeue --queue emails --num_queries -1 --duration 10 --batch_size 100 \\
             --dequeue_success_percent 90""",
@@ -367,6 +368,14 @@ def _dequeue_options(p) -> None:
     )
     p.add_argument("--retry-delay-ms", type=int, default=0, help="retry delay of failure acks")
     p.add_argument("--dry-run", "--dry_run", action="store_true", help="look, do not claim")
+    p.add_argument(
+        "--wait-ms",
+        "--wait_ms",
+        type=non_negative,
+        default=1000,
+        help="long-poll: when no job is ready the server may hold the call this long for one "
+        "(ms, 1000; 0: answer at once; the server caps it at server.max_dequeue_wait_ms)",
+    )
     _load_options(p)
     p.add_argument(
         "--dequeue_success_percent",
@@ -441,6 +450,13 @@ def _load_options(p) -> None:
 
 
 # ---- value types ----
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
 
 
 def positive(text: str) -> int:

@@ -190,6 +190,8 @@ class Janitor:
             )
             counts.reclaimed_to_pending += step.retried
             counts.reclaimed_to_failed += step.failed
+            if step.retried:  # PENDING again: no longer known empty, parked dequeues look
+                self.store.jobs_may_be_due(queue, [name], [priority], step.retried)
             if step.retried + step.failed < batch:
                 return
 

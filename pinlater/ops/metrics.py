@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 #: label value for requests whose queue is absent or not a known queue
 NO_QUEUE = ""
+#: label value of the known queues past `metrics.max_queues` (not a valid queue name)
+OTHER_QUEUES = "(other)"
 #: depth gauge states: `pending` is runnable now, `pending_future` waits for its run_after
 DEPTH_STATES = ("pending", "pending_future", "in_progress", "succeeded", "failed")
 _REQUEST_BUCKETS = (
@@ -51,42 +53,62 @@ _REQUEST_BUCKETS = (
 
 
 class QueueLabels:
-    """The set of queue names allowed as label values. Thread-safe."""
+    """The set of queue names allowed as label values. Thread-safe.
 
-    def __init__(self) -> None:
+    With `max_queues` (0: no cap), at most that many queues get a label of their own (the
+    first known, in name order, and kept while they exist); the requests and depth of the
+    others are counted under OTHER_QUEUES, so /metrics stays bounded however many queues
+    exist."""
+
+    def __init__(self, max_queues: int = 0) -> None:
+        self.max_queues = max_queues
         self._known: frozenset[str] = frozenset()
+        self._own: frozenset[str] = frozenset()  # the known queues with a label of their own
         self._lock = threading.Lock()
 
     def label(self, name: object) -> str:
-        """`name` if it is a known queue, else NO_QUEUE (a plain set lookup, no validation
-        needed: only names put in by `add`/`replace` can come out)."""
-        return name if isinstance(name, str) and name in self._known else NO_QUEUE
+        """`name` if it is a known queue with a label of its own, OTHER_QUEUES for another
+        known queue, else NO_QUEUE (plain set lookups, no validation needed: only names put
+        in by `add`/`replace` can come out)."""
+        if not isinstance(name, str) or name not in self._known:
+            return NO_QUEUE
+        return name if name in self._own else OTHER_QUEUES
 
     def known(self, name: str) -> bool:
         return name in self._known
 
     def add(self, name: str) -> None:
         with self._lock:
-            self._known = self._known | {name}
+            self._set(self._known | {name})
 
     def remove(self, name: str) -> None:
         with self._lock:
-            self._known = self._known - {name}
+            self._set(self._known - {name})
 
     def replace(self, names: Iterable[str]) -> frozenset[str]:
         """Make `names` the known queues; return the ones that were known and are not now."""
+        names = frozenset(names)
         with self._lock:
-            gone = self._known.difference(names)
-            self._known = frozenset(names)
+            gone = self._known - names
+            self._set(names)
         return gone
+
+    def _set(self, known: frozenset[str]) -> None:
+        own = self._own & known
+        if not self.max_queues:
+            own = known
+        elif len(own) < self.max_queues:
+            room = self.max_queues - len(own)
+            own |= frozenset(sorted(known - own)[:room])
+        self._own, self._known = own, known
 
 
 class Metrics:
     """The registry and every metric object; callers use the small record methods."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_queues: int = 0) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.queues = QueueLabels()
+        self.queues = QueueLabels(max_queues)
         r = self.registry
         self.requests = Counter(
             "pinlater_requests",
@@ -238,7 +260,7 @@ class Metrics:
     def forget_queue(self, name: str) -> None:
         """Remove every series of queue `name` (deleted): from then on requests naming it are
         counted under `queue=""` until it is created again. Idempotent."""
-        if name == NO_QUEUE:
+        if name in (NO_QUEUE, OTHER_QUEUES):
             return
         self.queues.remove(name)
         for metric in self.per_queue:
@@ -274,7 +296,7 @@ class Metrics:
         before the forget, the child made after it) is removed again, so no series of a
         deleted queue outlives the race; the caller's one increment is lost with it."""
         position = self.per_queue.get(metric)
-        if position is None or values[position] == NO_QUEUE:
+        if position is None or values[position] in (NO_QUEUE, OTHER_QUEUES):
             return
         if not self.queues.known(values[position]):
             metric.remove(*values)
@@ -393,6 +415,48 @@ def live_gauges(
         for queue, rate in sorted((rate_limits() if rate_limits else {}).items()):
             limits.add_metric([queue], rate)
         families.append(limits)
+        return families
+
+    return GaugeCollector(read)
+
+
+def dequeue_path_metrics(store, longpoll) -> GaugeCollector:
+    """The dequeue path's storage economy, read at scrape time: storage dequeue calls (those
+    that found nothing), partitions skipped as known empty, and long-poll (`longpoll`, the
+    handler's ParkedDequeues, None when off): requests parked now and the due watcher's
+    storage checks."""
+
+    def read() -> list:
+        empty = store.empty
+        calls = CounterMetricFamily(
+            "pinlater_storage_dequeues",
+            "storage dequeue calls (one shard, one priority) by whether they found jobs",
+            labels=["result"],
+        )
+        calls.add_metric(["jobs"], empty.calls - empty.empty_calls)
+        calls.add_metric(["empty"], empty.empty_calls)
+        skipped = CounterMetricFamily(
+            "pinlater_empty_partitions_skipped",
+            "storage dequeue calls not made: the partition was known empty",
+            value=empty.skipped,
+        )
+        families: list = [calls, skipped]
+        if longpoll is not None:
+            families.append(
+                GaugeMetricFamily(
+                    "pinlater_long_poll_parked",
+                    "dequeues parked waiting for a job",
+                    value=longpoll.parked(),
+                )
+            )
+            watcher = longpoll.watcher
+            families.append(
+                CounterMetricFamily(
+                    "pinlater_long_poll_checks",
+                    "storage calls checking queues with parked dequeues (one per shard)",
+                    value=0 if watcher is None else watcher.polls,
+                )
+            )
         return families
 
     return GaugeCollector(read)

@@ -199,6 +199,14 @@ class Shard(abc.ABC):
         and returned; the rest stay as they were, and bodies of jobs left out are not read."""
 
     @abc.abstractmethod
+    def next_due_ms(self, queue: str) -> int | None:
+        """Milliseconds from the shard's now until its earliest PENDING job of `queue` (any
+        priority) becomes eligible: 0 when one is eligible now, None when the queue holds no
+        PENDING job here. Read-only, one round trip (one read snapshot); the long-poll watcher
+        (pinlater/storage/watch.py) asks this instead of dequeuing on behalf of parked
+        requests, so an idle queue costs one call per poll whatever the number of waiters."""
+
+    @abc.abstractmethod
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         """Apply acks whose job is IN_PROGRESS and whose claim matches; return how many applied."""
 
@@ -356,6 +364,10 @@ class Backend(abc.ABC):
     kind: ClassVar[str]
     #: the shard map can change at run time (add/remove shards, flip dequeue_only)
     supports_shard_reload: ClassVar[bool] = False
+    #: a second instance of the kind has connections of its own, which isolates enqueues from
+    #: dequeues (server.role all opens one for enqueues); False where storage serializes
+    #: writers anyway, so more connections would only add lock waits (SQLite's file lock)
+    isolates_connections: ClassVar[bool] = True
     #: options every kind accepts under `backend:`, used or not: the server's `--data-dir` flag
     #: and PINLATER_DATA_DIR set `data_dir` without knowing the kind, so a deployment that sets
     #: them must not break when it switches to a kind without a data directory

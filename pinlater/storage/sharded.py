@@ -32,6 +32,7 @@ from pinlater.errors import (
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import Backend, BodyFilter, ByteBudget, Shard, ShardSpec
 from pinlater.storage.descriptors import MAX_LOCAL_ID, JobDescriptor
+from pinlater.storage.empty_partitions import EmptyPartitions
 from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
 from pinlater.storage.health import ShardHealth
 from pinlater.storage.ledger import LedgerBook
@@ -46,6 +47,7 @@ from pinlater.storage.models import (
     ScanBound,
 )
 from pinlater.storage.placement import Placement
+from pinlater.storage.signals import QueueSignals
 from pinlater.storage.unique_keys import owner_shard
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,8 @@ class _ShardSet:
 
     shards: dict[str, Shard]
     specs: dict[str, ShardSpec]
+    #: the shards enqueues use: the same objects, or ones with connections of their own
+    enqueue: dict[str, Shard]
     #: shards retired with their jobs: named in errors, never called
     retired: frozenset[str] = frozenset()
 
@@ -94,17 +98,30 @@ class ShardedBackend:
         retries: int = 2,
         unhealthy_after_failures: int = 3,
         rng: random.Random | None = None,
+        empty_partition_ttl: float = 0.0,
+        enqueue_backend: Backend | None = None,
         retired: Iterable[str] = (),
     ):
+        """`empty_partition_ttl` (seconds; 0 = off): how long a (queue, shard, priority) a
+        dequeue found empty is skipped at most (pinlater/storage/empty_partitions.py).
+        `enqueue_backend` (another instance of the backend's class): enqueues get shards
+        opened from it, i.e. storage connections of their own, so that no dequeue storm
+        holding every pooled connection delays them."""
+        self.enqueue_backend = enqueue_backend
         self.backend = backend
+        #: what makes parked dequeues look again (pinlater/storage/signals.py)
+        self.signals = QueueSignals()
+        self.empty = EmptyPartitions(empty_partition_ttl)
         self.num_priorities = num_priorities
         self._retries = retries
         self.health = ShardHealth(unhealthy_after_failures)
         self._rng = rng or random.Random()
         self._reload_lock = threading.Lock()
+        shards = {s.name: backend.open_shard(s) for s in specs}
         self._set = _ShardSet(
-            {s.name: backend.open_shard(s) for s in specs},
+            shards,
             {s.name: s for s in specs},
+            self._enqueue_shards(specs, shards),
             frozenset(retired),
         )
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="shard-fanout")
@@ -120,9 +137,26 @@ class ShardedBackend:
     def shard_specs(self) -> list[ShardSpec]:
         return list(self._set.specs.values())
 
-    def shard(self, name: str) -> Shard:
+    def _enqueue_shards(
+        self, specs: Sequence[ShardSpec], shards: dict[str, Shard], reuse: dict | None = None
+    ) -> dict[str, Shard]:
+        """The enqueue shards for `shards`: themselves without an enqueue backend; else ones
+        opened from it (those of `reuse` when their shard was reused)."""
+        if self.enqueue_backend is None:
+            return shards
+        reuse = reuse or {}
+        out = {}
+        for spec in specs:
+            shard = reuse.get(spec.name)
+            if shard is None:
+                shard = self.enqueue_backend.open_shard(spec)
+                shard.clock_offset_ms = shards[spec.name].clock_offset_ms
+            out[spec.name] = shard
+        return out
+
+    def shard(self, name: str, for_enqueue: bool = False) -> Shard:
         try:
-            return self._set.shards[name]
+            return (self._set.enqueue if for_enqueue else self._set.shards)[name]
         except KeyError:
             if name in self._set.retired:
                 raise InvalidRequest(
@@ -163,17 +197,25 @@ class ShardedBackend:
             queues = self._known_queues() if fresh and old.shards else set()
             opened = self._open(fresh, queues)
             shards = {s.name: reused.get(s.name) or opened[s.name] for s in specs}
-            self._set = _ShardSet(shards, {s.name: s for s in specs}, retired)
+            kept = {n: old.enqueue[n] for n in shards if shards[n] is old.shards.get(n)}
+            enqueue = self._enqueue_shards(specs, shards, kept)
+            self._set = _ShardSet(shards, {s.name: s for s in specs}, enqueue, retired)
             self.placement.shards_changed(specs)
-            for name, shard in old.shards.items():
-                if shards.get(name) is not shard:
-                    self.health.forget(name)
-                    shard.close()
+            self._close_replaced(old, shards)
             log.info(
                 "shard map reloaded: %s%s",
                 ", ".join(f"{s.name}{' (dequeue_only)' if s.dequeue_only else ''}" for s in specs),
                 f"; retired with jobs: {', '.join(sorted(retired))}" if retired else "",
             )
+
+    def _close_replaced(self, old: _ShardSet, shards: dict[str, Shard]) -> None:
+        """Close the shards of `old` the new map (`shards`) did not keep."""
+        for name, shard in old.shards.items():
+            if shards.get(name) is not shard:
+                self.health.forget(name)
+                shard.close()
+                if old.enqueue[name] is not shard:
+                    old.enqueue[name].close()
 
     def _open(self, specs: Sequence[ShardSpec], queues: set[str]) -> dict[str, Shard]:
         """Open shards with every queue in `queues` created; all or none (closed again)."""
@@ -233,18 +275,56 @@ class ShardedBackend:
 
     def shift_clock(self, delta_ms: int) -> None:
         """Move every shard's clock (tests and drills; the storage clock stays authoritative)."""
-        for shard in self._set.shards.values():
+        for shard in self._all_shards():
             shard.clock_offset_ms += delta_ms
+        self.empty.clear()
+        self.signals.changed_all()
+
+    def jobs_may_be_due(
+        self,
+        queue: str,
+        shards: Sequence[str] | None = None,
+        priorities: Sequence[int] = (),
+        jobs: int = 0,
+    ) -> None:
+        """Something made jobs of `queue` eligible (on `shards`, all when None; at
+        `priorities`, all when empty; `jobs` of them when known): its partitions there are no
+        longer known empty, and parked dequeues look again."""
+        self.empty.forget(queue, shards, priorities)
+        self.signals.changed(queue, jobs)
+
+    def shift_shard_clocks(self, names: Sequence[str], delta_ms: int) -> None:
+        """Move some shards' clocks only (tests and drills); see `shift_clock`."""
+        for name in names:
+            for shard in {id(s): s for s in (self.shard(name), self.shard(name, True))}.values():
+                shard.clock_offset_ms += delta_ms
+        self.empty.clear()
+        self.signals.changed_all()
+
+    def _all_shards(self) -> list[Shard]:
+        """Every open shard object, the enqueue ones included, once each."""
+        seen = {id(s): s for s in self._set.shards.values()}
+        seen.update({id(s): s for s in self._set.enqueue.values()})
+        return list(seen.values())
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        for shard in self._set.shards.values():
+        for shard in self._all_shards():
             shard.close()
         self.backend.close()
+        if self.enqueue_backend is not None:
+            self.enqueue_backend.close()
 
     # ---------------------------------------------------------------- calls
 
-    def call(self, name: str, op: Callable[[Shard], T], *, retries: int | None = None) -> T:
+    def call(
+        self,
+        name: str,
+        op: Callable[[Shard], T],
+        *,
+        retries: int | None = None,
+        for_enqueue: bool = False,
+    ) -> T:
         """Run `op` on shard `name`, retrying retriable storage errors; record health.
         Raises ShardConnectionFailed when the tries are used up, and ShardFull (at once, health
         unchanged: the shard still serves what needs no space) when the storage is full.
@@ -254,7 +334,7 @@ class ShardedBackend:
         last: ShardError | None = None
         observe = self.call_observer
         for attempt in range(tries):
-            shard = self.shard(name)  # looked up per try: a reload may have replaced it
+            shard = self.shard(name, for_enqueue)  # per try: a reload may have replaced it
             started = time.perf_counter()
             try:
                 result = op(shard)
@@ -309,6 +389,8 @@ class ShardedBackend:
 
     def delete_queue(self, queue: str) -> None:
         self._fan_out(self.shard_names(), lambda s: s.delete_queue(queue))
+        self.empty.forget(queue)
+        self.signals.forget(queue)
 
     def queue_names(self) -> set[str]:
         """Queues on any shard (a queue exists on all shards unless a create was interrupted,
@@ -341,11 +423,12 @@ class ShardedBackend:
                 break
             name = self._rng.choice([n for n in candidates if n not in tried] or candidates)
             try:
-                ids = self.call(name, lambda s: s.enqueue(queue, jobs), retries=0)
+                ids = self.call(name, lambda s: s.enqueue(queue, jobs), retries=0, for_enqueue=True)
             except ShardConnectionFailed as exc:  # ShardFull included: another may have room
                 tried.add(name)
                 last = exc
                 continue
+            self._enqueued(queue, [name], jobs)
             return [
                 JobDescriptor(queue, name, job.priority, local_id)
                 for job, local_id in zip(jobs, ids, strict=True)
@@ -391,13 +474,23 @@ class ShardedBackend:
                     name,
                     _keyed_call(queue, batch, unique_window_ms),
                     retries=None if keyed_only else 0,
+                    for_enqueue=True,
                 )
             except ShardFull as exc:
                 raise EnqueueRejected(f"storage full: {exc.message}") from None
             for i, done in zip(indexes, outcome, strict=True):
                 found[i] = JobDescriptor(queue, name, done.priority, done.local_id)
                 deduplicated += not done.stored
+            self._enqueued(queue, [name], batch)
         return KeyedEnqueue([d for d in found if d is not None], deduplicated)
+
+    def _enqueued(self, queue: str, shards: Sequence[str], jobs: Sequence[NewJob]) -> None:
+        self.jobs_may_be_due(
+            queue,
+            shards,
+            sorted({job.priority for job in jobs}),
+            sum(1 for job in jobs if job.run_after_ms is None),
+        )
 
     def _key_parts(self, queue: str, jobs: Sequence[NewJob]) -> dict[str, list[int]]:
         """shard -> indexes of its jobs, shards in the order their first keyed job comes; the
@@ -459,6 +552,8 @@ class ShardedBackend:
             healthy.remove(lead)
             healthy.insert(0, lead)
             jobs = self._lead_dequeue(queue, lead, acks, limit, claim, budget)
+            if acks is not None and acks[1]:  # failure acks may have made jobs PENDING
+                self.jobs_may_be_due(queue, [lead])
             if jobs is not None:
                 run.add(lead, jobs, step=(1, lead))
         for priority in range(1, self.num_priorities + 1):
@@ -516,7 +611,11 @@ class ShardedBackend:
             by_shard[name][1].append(ack)
         for name in by_shard:  # first-seen order: the same unknown shard is reported first
             self.shard(name)
-        applied = self._fan_out(by_shard, lambda s: s.ack(queue, *by_shard[s.name]))
+        try:
+            applied = self._fan_out(by_shard, lambda s: s.ack(queue, *by_shard[s.name]))
+        finally:
+            if failed:  # a failure ack may have made its job PENDING again
+                self.jobs_may_be_due(queue, list({name for name, _ in failed}))
         return sum(applied.values())
 
     def checkpoint(self, queue: str, checkpoints: Sequence[tuple[str, Checkpoint]]) -> int:
@@ -524,7 +623,11 @@ class ShardedBackend:
         for name, checkpoint in checkpoints:
             self.shard(name)
             by_shard[name].append(checkpoint)
-        applied = self._fan_out(by_shard, lambda s: s.checkpoint(queue, by_shard[s.name]))
+        try:
+            applied = self._fan_out(by_shard, lambda s: s.checkpoint(queue, by_shard[s.name]))
+        finally:
+            if any(c.move_to_pending for _, c in checkpoints):
+                self.jobs_may_be_due(queue, list(by_shard))
         return sum(applied.values())
 
     def lookup(
@@ -612,11 +715,14 @@ class ShardedBackend:
         self, queue: str, priority: int, attempts: int, run_after_ms: int | None, limit: int
     ) -> int:
         self.placement.reopened(queue)  # before: a dequeue must not miss what it moves
-        return self._sequential(
-            lambda s, left: s.retry_failed(queue, priority, attempts, run_after_ms, left),
-            limit,
-            self.read_shards(queue),
-        )
+        try:
+            return self._sequential(
+                lambda s, left: s.retry_failed(queue, priority, attempts, run_after_ms, left),
+                limit,
+                self.read_shards(queue),
+            )
+        finally:
+            self.jobs_may_be_due(queue, None, [priority])
 
     def delete_jobs(
         self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
@@ -663,6 +769,7 @@ class _DequeueRun:
         self.missing: set[str] = set()
         self.failure: ShardConnectionFailed | None = None
         self.taken: set[tuple[int, str]] = set()  # steps already done (with piggy-backed acks)
+        self.empty = store.empty
 
     @property
     def need(self) -> int:
@@ -695,8 +802,13 @@ class _DequeueRun:
 
     def _step(self, priority: int, name: str) -> None:
         queue, need, claim, budget = self.queue, self.need, self.claim, self.budget
+        empty = self.empty
+        if empty.enabled and empty.skip(queue, name, priority):
+            return
+        epoch, started = empty.epoch(queue), empty.clock()
         try:
             jobs = self.store.call(name, lambda s: s.dequeue(queue, priority, need, claim, budget))
+            empty.observed(queue, name, priority, len(jobs), epoch, started)
         except QueueNotFound:
             self.missing.add(name)
             return

@@ -11,6 +11,7 @@ import itertools
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import pymysql
 import pytest
@@ -24,6 +25,7 @@ from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.shard_kit import MAIN, OTHER, Capabilities, Storage, exercise
+from tests.faults.proxy import FaultProxy
 from tests.support import mysql_env
 
 pytestmark = pytest.mark.backend("mysql")
@@ -353,6 +355,45 @@ def test_a_dead_server_neither_blocks_open_nor_hangs_calls(backend):
         assert time.monotonic() - started < 3
     assert "could not check" in shard.durability_warnings()[0]
     shard.close()
+
+
+def test_a_blackholed_instance_fails_each_call_within_its_own_timeouts(backend, server):
+    """An instance that accepts TCP but never answers: a call on a pooled connection fails
+    after the read timeout, a call that needs a new connection after the connect timeout, however
+    many run at once. DBUtils had reopened a lost connection inside the failing call (in the
+    statement and in the rollback: 2.6 s here, read + connect timeout) and opened new
+    connections under the pool's lock (concurrent callers waited in line: 2.1, 4.2, 6.2, 8.3 s
+    here), so fault scenario F7's enqueues outlasted their clients' timeout."""
+    read, connect = 0.5, 2.0
+    with FaultProxy(("127.0.0.1", server.port), name="mysql-unit") as proxy:
+        shard = open_shard(
+            backend,
+            server,
+            "bh",
+            port=proxy.port,
+            read_timeout_seconds=read,
+            connect_timeout_seconds=connect,
+        )
+        queue = f"q{next(_names)}"
+        shard.create_queue(queue)
+        with contextlib.ExitStack() as held:  # four pooled connections, idle again after
+            for _ in range(4):
+                held.enter_context(shard._connection())
+        proxy.blackhole()
+        pooled = [_seconds_to_fail(shard, queue) for _ in range(2)]  # each on a live idle one
+        with ThreadPoolExecutor(8) as pool:  # two live idle ones left, six calls open their own
+            fresh = list(pool.map(lambda _: _seconds_to_fail(shard, queue), range(8)))
+        shard.close()
+    assert max(pooled) < read + 1.5, pooled
+    assert max(fresh) < max(read, connect) + 1.5, fresh
+
+
+def _seconds_to_fail(shard, queue) -> float:
+    started = time.monotonic()
+    with pytest.raises(ShardError) as caught:
+        shard.enqueue(queue, [NewJob(body=b"x")])
+    assert caught.value.retriable
+    return time.monotonic() - started
 
 
 # ---------------------------------------------------------------- queues

@@ -28,6 +28,7 @@ PREFIXES = {
     "C": "Claims",
     "E": "Errors",
     "D": "Dequeue order and limits",
+    "W": "Long-poll dequeue",
     "B": "Bodies, statuses, times",
     "I": "Descriptors and ids",
     "L": "Lookup",

@@ -108,6 +108,11 @@ SELECT queue_id, name FROM queues
 -- Names of the job tables that exist in this file.
 SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'q%'
 
+-- name: used_tables
+-- The AUTOINCREMENT tables that ever held a row (SQLite keeps their last id here): a job table
+-- missing from it has never had a job, so queue_stats need not read it.
+SELECT name FROM sqlite_sequence
+
 -- name: create_ledger_table
 -- One queue's ledger (queries/common/ledger.sql): SQLite has one writer at a time, so one slot.
 CREATE TABLE IF NOT EXISTS {table} (
