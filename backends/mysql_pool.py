@@ -21,11 +21,17 @@ Why these choices:
   the queue's open transactions, and the calls queued behind it) then fails with error 1205, a
   `QueueBusy` that leaves the shard healthy, instead of a read timeout that takes the whole
   shard out of service (MariaDB waits a day for a metadata lock by default).
-- DBUtils replaces a pooled connection only when it is gone (`connection_lost`, its `isfatal`);
-  inside a transaction opened with begin() (every job call, reads too) it then raises for the
-  layer above to retry the call, and outside one it re-runs the statement once (only idempotent
+- DBUtils replaces a pooled connection only when it is gone (`connection_lost`, its `isfatal`)
+  and only outside a transaction, where it re-runs the statement once (only idempotent
   statements run there: DDL with IF [NOT] EXISTS, the clock, ping). A server-answered error is
   never re-run: a lock wait timeout re-run had doubled every wait.
+- A failing call costs its timeouts once: inside a transaction (every job call, reads too) a
+  lost connection is neither reopened nor rolled back in the failing call (`end_failed`); the
+  pool drops it at its next checkout, and the layer above retries the call. DBUtils reopened
+  it inline (in the failed statement, again in the rollback): against an instance that
+  accepts TCP but never answers, a call took the read timeout plus one or two connect
+  timeouts (3.1 s in fault scenario F7: 2.0 + 2 x 0.5 s, then the other shard's enqueue, past
+  the client's 3 s). Checkout opens connections outside the pool's lock (`CheckoutPool`).
 - Errors are scoped (`translate`): lock waits, deadlocks and a table re-created under a read
   snapshot are one queue's contention (`QueueBusy`); connection failures are the shard's.
 """
@@ -39,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pymysql
-from dbutils.pooled_db import PooledDB
+from dbutils.pooled_db import PooledDB, PooledDedicatedDBConnection
 from pymysql.constants import CLIENT
 
 from pinlater.storage.errors import QueueBusy, QueueNotFound, ShardError, StorageFull
@@ -183,17 +189,90 @@ setattr(_bounded_connect, "dbapi", pymysql)  # noqa: B010 - a function attribute
 setattr(_bounded_connect, "threadsafety", pymysql.threadsafety)  # noqa: B010
 
 
+class CheckoutPool(PooledDB):
+    """PooledDB (dedicated connections only) whose checkout opens a connection outside the
+    pool's lock and drops idle connections that were lost in an earlier call.
+
+    PooledDB opens a new connection while it holds the lock every checkout and every return
+    takes: against an instance that accepts TCP but never answers, callers needing a connection
+    waited in line, each a connect timeout (2.1 s for the third with a 0.5 s timeout in F7),
+    and so did the calls returning one. Here the lock only reserves a slot (waiting for one
+    while `pool_size` connections are out, as PooledDB does) and takes an idle connection.
+    Uses PooledDB's slot bookkeeping (`_lock`, `_wait_lock`, `_connections`, `_idle_cache`),
+    unchanged since DBUtils 2.0; tests/unit/test_mysql_shard.py times checkouts against a
+    blackholed instance."""
+
+    def connection(self, shareable: bool = False) -> Any:
+        with self._lock:
+            while self._maxconnections and self._connections >= self._maxconnections:
+                self._wait_lock()
+            self._connections += 1
+            idle = None
+            while self._idle_cache and idle is None:
+                candidate = self._idle_cache.pop(0)
+                if is_open(candidate):
+                    idle = candidate
+                else:  # lost in an earlier call (end_failed left it for us to drop)
+                    _close_quietly(candidate)
+        try:
+            con = idle if idle is not None else self.steady_connection()
+            return PooledDedicatedDBConnection(self, con)
+        except BaseException:
+            with self._lock:
+                self._connections -= 1
+                self._lock.notify()
+            raise
+
+    dedicated_connection = connection
+
+
+def is_open(con: Any) -> bool:
+    """Whether a pooled (or steady) connection's socket is still open: pymysql closes it on
+    any connection error, so this is a local check, no round trip."""
+    return bool(con.dbapi_connection.open)
+
+
+def commit(conn: Any) -> None:
+    """COMMIT the transaction on pooled connection `conn`. On the driver's connection, not
+    DBUtils' `commit()`, which reopens a lost connection before it raises (a connect timeout
+    more against a silent instance); `cancel()` then ends DBUtils' transaction flag (no round
+    trip). A failed COMMIT leaves the flag for `end_failed`."""
+    conn.dbapi_connection.commit()
+    conn.cancel()
+
+
+def end_failed(conn: Any) -> None:
+    """End the transaction of a call that failed on pooled connection `conn`. A lost
+    connection is only marked out of its transaction (DBUtils' `cancel()`: no round trip; the
+    server discards a closed session's transaction) and left for the pool to drop at checkout;
+    a live one is rolled back."""
+    if not is_open(conn):
+        conn.cancel()
+        return
+    try:
+        conn.rollback()
+    except Exception:  # noqa: BLE001 - the connection is reported with the original error
+        pass
+
+
+def _close_quietly(con: Any) -> None:
+    try:
+        con.close()
+    except Exception:  # noqa: BLE001 - a lost connection may fail to close; it is dropped
+        pass
+
+
 class InstancePool:
     """A lazily created PooledDB for one instance, with the server's capabilities."""
 
     def __init__(self, settings: InstanceSettings):
         self.settings = settings
         self._lock = threading.Lock()
-        self._pool: PooledDB | None = None
+        self._pool: CheckoutPool | None = None
         self._info: ServerInfo | None = None
         self.closed = False
 
-    def _create(self) -> PooledDB:
+    def _create(self) -> CheckoutPool:
         s = self.settings
         # ping=0: no ping when a connection is handed out. A ping costs a round trip per
         # request and, against a shard that stopped answering, a whole read timeout plus a
@@ -201,7 +280,7 @@ class InstancePool:
         # read_timeout to fail). A connection the server dropped fails its first statement
         # fast with a retriable error instead, DBUtils reconnects it, and the layer above
         # retries the call.
-        return PooledDB(
+        return CheckoutPool(
             creator=_bounded_connect,
             mincached=0,
             maxcached=s.pool_size,

@@ -50,6 +50,7 @@ from pinlater.storage.acks import AckGroup, AckOutcome, group_acks
 from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
 from pinlater.storage.contract import DELETE_STEP, BodyFilter, ByteBudget, Shard
 from pinlater.storage.errors import QueueBusy, QueueNotFound, ShardError
+from pinlater.storage.ledger import COUNTERS, LedgerBook, book_from, deltas
 from pinlater.storage.models import (
     AGED_STATES,
     Ack,
@@ -274,7 +275,12 @@ def _claim_params(match: ClaimMatch) -> dict[str, Any]:
     return {"claim": match.claim, "source": match.source, "source_pos": CLAIM_SOURCE_OFFSET + 1}
 
 
-_ACK_QUERY = {AckOutcome.SUCCESS: "ack_success", AckOutcome.FAILURE: "ack_failure"}
+#: per ack outcome, (statement, ledger counter) in the order they run: a failure ack is two
+#: statements (attempts left or not), so the ledger counts retried and failed apart
+_ACK_QUERIES = {
+    AckOutcome.SUCCESS: (("ack_success", "succeeded"),),
+    AckOutcome.FAILURE: (("ack_failure_final", "failed"), ("ack_failure_retry", "retried")),
+}
 
 
 class SQLShard(Shard):
@@ -309,6 +315,11 @@ class SQLShard(Shard):
     def _key_table(self, cur: Any, queue: str) -> tuple[str, ...]:
         """Identifier parts of the queue's unique-key table; raise QueueNotFound (here or from
         the first statement on it) for a missing queue."""
+
+    @abc.abstractmethod
+    def _ledger_table(self, cur: Any, queue: str) -> tuple[str, ...]:
+        """Identifier parts of the queue's ledger table (queries/common/ledger.sql); raise
+        QueueNotFound (here or from the first statement on it) for a missing queue."""
 
     @abc.abstractmethod
     def _stats_tables(self, cur: Any, queues: Sequence[str]) -> dict[str, StatsTables]:
@@ -365,6 +376,30 @@ class SQLShard(Shard):
     ) -> str:
         return self.queries.render(name, ids=ids, clocked=clocked, lock=lock, table=table)
 
+    def _book(self, cur: Any, queue: str, **changes: int) -> None:
+        """Add `changes` to the queue's ledger in the caller's transaction, as its last
+        statement (nothing when every change is 0): one UPDATE of the ledger's row (SQLite's
+        one writer holds the database anyway), or one journal row where writers lock rows
+        (MySQL overrides ledger_add). A ledger without its row yet gets it first."""
+        if not any(changes.values()):
+            return
+        table = self._ledger_table(cur, queue)
+        params = {**deltas(**changes), "slot": 0}
+        if self._run(cur, "ledger_add", table, params).rowcount == 0:
+            self._run(cur, "ledger_seed", table, {"slot": 0, "enqueued": 0})
+            self._run(cur, "ledger_add", table, params)
+
+    def ledger(self, queue: str) -> LedgerBook:
+        """ledger_read and state_counts of every priority in one read snapshot."""
+        states: dict[int, int] = defaultdict(int)
+        with self._read() as cur:
+            row = self._run(cur, "ledger_read", self._ledger_table(cur, queue), {}).fetchone()
+            for priority in range(1, self.limits.num_priorities + 1):
+                table = self._job_table(cur, queue, priority)
+                for state, count in self._run(cur, "state_counts", table, {}).fetchall():
+                    states[int(state)] += int(count)
+        return book_from(dict(zip(COUNTERS, row or (), strict=False)), states)
+
     def _run(
         self,
         cur: Any,
@@ -406,7 +441,9 @@ class SQLShard(Shard):
             clock, clocked = self._now_params(cur, one)
             if not jobs:
                 self._require_queue(cur, queue)
-            return self._insert_rows(cur, queue, jobs, rows, clock, clocked)
+            ids = self._insert_rows(cur, queue, jobs, rows, clock, clocked)
+            self._book(cur, queue, enqueued=len(ids))
+            return ids
 
     def enqueue_keyed(
         self, queue: str, jobs: Sequence[NewJob], unique_window_ms: int
@@ -447,6 +484,7 @@ class SQLShard(Shard):
             ]
             if binds:
                 cur.executemany(self.queries.render("key_bind", table=table), binds)
+            self._book(cur, queue, enqueued=len(ids), deduplicated=len(jobs) - len(ids))
         return keyed_results(jobs, firsts, held, where)
 
     def _key_holders(
@@ -519,7 +557,23 @@ class SQLShard(Shard):
             if claim is not None:
                 self._claim(cur, table, rows, claim)
             rows = self._with_bodies(cur, table, rows)
+            if claim is not None:
+                self._book(cur, queue, dequeued=len(rows))
         return [new_dequeued_job(priority, r[0], bytes(r[1]), r[3], r[4], claim) for r in rows]
+
+    def next_due_ms(self, queue: str) -> int | None:
+        """One read snapshot: the shard clock, then `next_due` per priority table."""
+        earliest = None
+        with self._read() as cur:
+            now = self._tx_now(cur)
+            self._require_queue(cur, queue)
+            for priority in range(1, self.limits.num_priorities + 1):
+                table = self._job_table(cur, queue, priority)
+                row = self._run(cur, "next_due", table, {}).fetchone()
+                if row is not None and row[0] is not None:
+                    due = int(row[0])
+                    earliest = due if earliest is None else min(earliest, due)
+        return None if earliest is None else max(0, earliest - now)
 
     def _eligible(
         self, cur: Any, table: tuple[str, ...], limit: int, budget: ByteBudget | None, lock: str
@@ -555,7 +609,8 @@ class SQLShard(Shard):
         where the dialect can."""
         groups = group_acks(succeeded, failed)
         one = not groups or (len(groups) == 1 and len(groups[0].local_ids) <= MAX_ID_LIST)
-        applied = 0
+        one = one and all(g.outcome is AckOutcome.SUCCESS for g in groups)
+        counts: dict[str, int] = defaultdict(int)
         with self._write() as cur:
             clock, clocked = self._now_params(cur, one)
             if not groups:
@@ -563,9 +618,11 @@ class SQLShard(Shard):
             for group in groups:
                 table = self._job_table(cur, queue, group.priority)
                 params = {**self._ack_params(group), **clock}
-                name = _ACK_QUERY[group.outcome]
-                applied += self._by_ids(cur, name, table, group.local_ids, params, clocked)[0]
-        return applied
+                for name, counter in _ACK_QUERIES[group.outcome]:
+                    changed = self._by_ids(cur, name, table, group.local_ids, params, clocked)[0]
+                    counts[counter] += changed
+            self._book(cur, queue, **counts)
+        return sum(counts.values())
 
     def _ack_params(self, group: AckGroup) -> dict[str, Any]:
         """The parameters of one ack group's statement, besides the clock and the ids."""
@@ -826,7 +883,7 @@ class SQLShard(Shard):
         self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
     ) -> int:
         if body_filter is None:
-            return self._write_steps(
+            return self._removing_steps(
                 queue,
                 priority,
                 limit,
@@ -836,6 +893,7 @@ class SQLShard(Shard):
                     ).rowcount,
                     0,
                 ),
+                "deleted",
             )
         # The filter runs in Python over a read snapshot, outside the write lock (a regex scan
         # must not stall every dequeue); the deletes are guarded by the state, so a job that
@@ -852,7 +910,7 @@ class SQLShard(Shard):
             chunk = ids[start : start + DELETE_STEP]
             return self._by_ids(cur, "delete_by_ids", table, chunk, {"state": int(state)})[0]
 
-        return self._write_steps(queue, priority, len(ids), by_ids, until_short=False)
+        return self._removing_steps(queue, priority, len(ids), by_ids, "deleted", until_short=False)
 
     def _write_steps(
         self,
@@ -870,6 +928,25 @@ class SQLShard(Shard):
                 return step(cur, self._job_table(cur, queue, priority), size)
 
         return in_steps(limit, in_transaction, until_short=until_short, pause=self._between_steps)
+
+    def _removing_steps(
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        step: Callable[[Any, tuple[str, ...], int], int],
+        counter: str,
+        until_short: bool = True,
+    ) -> int:
+        """`_write_steps` for steps that remove jobs: each step's count goes to the ledger's
+        `counter` in the step's own transaction."""
+
+        def booked(cur: Any, table: tuple[str, ...], size: int) -> int:
+            removed = step(cur, table, size)
+            self._book(cur, queue, **{counter: removed})
+            return removed
+
+        return self._write_steps(queue, priority, limit, booked, until_short)
 
     def _between_steps(self, step_seconds: float) -> None:
         """Called between the write transactions of a stepped delete, after one that took
@@ -903,6 +980,7 @@ class SQLShard(Shard):
             if failed < limit:
                 params["limit"] = limit - failed
                 retried = max(self._run(cur, "reclaim_retry", table, params).rowcount, 0)
+            self._book(cur, queue, reclaimed=failed + retried)
         return ReclaimCounts(retried=retried, failed=failed)
 
     def purge(self, queue: str, priority: int, state: JobState, ttl_ms: int, limit: int) -> int:
@@ -910,7 +988,7 @@ class SQLShard(Shard):
             params = {"state": int(state), "cutoff": self._tx_now(cur) - ttl_ms, "limit": size}
             return max(self._run(cur, "purge", table, params).rowcount, 0)
 
-        return self._write_steps(queue, priority, limit, step)
+        return self._removing_steps(queue, priority, limit, step, "purged")
 
     # ---- runtime queue settings ----
     #: identifier parts of the one-row settings table (queries/common/settings.sql)

@@ -74,6 +74,9 @@ class SQLiteShardSpec(ShardSpec):
 class SQLiteBackend(Backend):
     kind = "sqlite"
     supports_shard_reload = True  # opening and closing a shard is just opening a file
+    #: one writer per file at a time whatever the connections: a second connection for
+    #: enqueues would only contend for the lock (its writer thread already batches them)
+    isolates_connections = False
 
     def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
         super().__init__({**DEFAULT_OPTIONS, **options}, limits)
@@ -326,6 +329,9 @@ class SQLiteShard(SQLShard):
     def _key_table(self, cur: Any, queue: str) -> tuple[str, ...]:
         return (_key_table_name(self._queue_id(cur, queue)),)
 
+    def _ledger_table(self, cur: Any, queue: str) -> tuple[str, ...]:
+        return (_ledger_table_name(self._queue_id(cur, queue)),)
+
     def _stats_tables(self, cur: Any, queues: Sequence[str]) -> dict[str, StatsTables]:
         wanted = set(queues)
         registry = dict(cur.execute(self.queries.render("queue_list")).fetchall())
@@ -376,6 +382,7 @@ class SQLiteShard(SQLShard):
             self._create_tables(cur, self._queue_id(cur, queue))
 
     def _create_tables(self, cur: sqlite3.Cursor, queue_id: int) -> None:
+        self._create_ledger(cur, queue_id)
         keys = _key_table_name(queue_id)
         cur.execute(self.queries.render("create_key_table", table=(keys,)))
         cur.execute(
@@ -389,6 +396,26 @@ class SQLiteShard(SQLShard):
                 ("create_updated_index", "updated"),
             ):
                 cur.execute(self.queries.render(name, table=(table,), index=(f"{table}_{suffix}",)))
+
+    def _create_ledger(self, cur: sqlite3.Cursor, queue_id: int) -> None:
+        """The queue's ledger table and its one slot; a queue that held jobs before it had a
+        ledger (created by an older version) opens its books with them as enqueued, so they
+        balance from then on. Runs under the write lock (creation and migration)."""
+        ledger = _ledger_table_name(queue_id)
+        try:  # found through the schema's hash table (no scan of sqlite_master per queue)
+            cur.execute(self.queries.render("table_probe", table=(ledger,)))
+            return
+        except sqlite3.OperationalError:
+            pass  # no such table: this queue has no books yet
+        jobs = [
+            t for t in self._tables_of(cur, queue_id) if re.fullmatch(rf"q{queue_id}_p[0-9]+", t)
+        ]
+        present = sum(
+            cur.execute(self.queries.render("count_all", table=(t,))).fetchone()[0] for t in jobs
+        )
+        cur.execute(self.queries.render("create_ledger_table", table=(ledger,)))
+        seed = self.queries.render("ledger_seed", table=(ledger,))
+        cur.execute(seed, {"slot": 0, "enqueued": present})
 
     def delete_queue(self, queue: str) -> None:
         """Hide the queue in one short transaction (its registry row moves to deleted_queues:
@@ -459,7 +486,10 @@ class SQLiteShard(SQLShard):
             yield cur
 
     def _tables_of(self, cur: sqlite3.Cursor, queue_id: int) -> list[str]:
-        own = re.compile(rf"q{queue_id}_p[0-9]+|{_key_table_name(queue_id)}", re.ASCII)
+        own = re.compile(
+            rf"q{queue_id}_p[0-9]+|{_key_table_name(queue_id)}|{_ledger_table_name(queue_id)}",
+            re.ASCII,
+        )
         return [
             name
             for (name,) in cur.execute(self.queries.render("job_tables"))
@@ -515,6 +545,12 @@ class SQLiteShard(SQLShard):
 def _key_table_name(queue_id: int) -> str:
     """The unique-key table of a queue (queries/sqlite/keys.sql)."""
     return f"q{queue_id}_keys"
+
+
+def _ledger_table_name(queue_id: int) -> str:
+    """The ledger table of a queue (queries/common/ledger.sql); it goes with the queue's id,
+    so a queue created again (a new id) starts with empty books."""
+    return f"q{queue_id}_ledger"
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

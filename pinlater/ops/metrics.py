@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
@@ -193,8 +193,16 @@ class Metrics:
         )
         self.reload_errors = Counter(
             "pinlater_config_reload_errors",
-            "bad queue-config / ServerSet files (old one kept)",
+            "queue-config / ServerSet / shard map files not applied (old one kept); a shard map "
+            "is counted at every retry",
             ["file"],
+            registry=r,
+        )
+        self.shard_retire_refused = Counter(
+            "pinlater_shard_retire_refused",
+            "shard map reloads refused because they dropped this shard while it could hold "
+            "unfinished jobs (counted at every retry)",
+            ["shard"],
             registry=r,
         )
         self.frames_rejected = Counter(
@@ -408,5 +416,81 @@ def live_gauges(
             limits.add_metric([queue], rate)
         families.append(limits)
         return families
+
+    return GaugeCollector(read)
+
+
+def dequeue_path_metrics(store, longpoll) -> GaugeCollector:
+    """The dequeue path's storage economy, read at scrape time: storage dequeue calls (those
+    that found nothing), partitions skipped as known empty, and long-poll (`longpoll`, the
+    handler's ParkedDequeues, None when off): requests parked now and the due watcher's
+    storage checks."""
+
+    def read() -> list:
+        empty = store.empty
+        calls = CounterMetricFamily(
+            "pinlater_storage_dequeues",
+            "storage dequeue calls (one shard, one priority) by whether they found jobs",
+            labels=["result"],
+        )
+        calls.add_metric(["jobs"], empty.calls - empty.empty_calls)
+        calls.add_metric(["empty"], empty.empty_calls)
+        skipped = CounterMetricFamily(
+            "pinlater_empty_partitions_skipped",
+            "storage dequeue calls not made: the partition was known empty",
+            value=empty.skipped,
+        )
+        families: list = [calls, skipped]
+        if longpoll is not None:
+            families.append(
+                GaugeMetricFamily(
+                    "pinlater_long_poll_parked",
+                    "dequeues parked waiting for a job",
+                    value=longpoll.parked(),
+                )
+            )
+            watcher = longpoll.watcher
+            families.append(
+                CounterMetricFamily(
+                    "pinlater_long_poll_checks",
+                    "storage calls checking queues with parked dequeues (one per shard)",
+                    value=0 if watcher is None else watcher.polls,
+                )
+            )
+        return families
+
+    return GaugeCollector(read)
+
+
+def drain_gauges(
+    draining: Callable[[], dict[str, dict[str, int]]], map_pending: Callable[[], bool]
+) -> GaugeCollector:
+    """Drain progress read at scrape time from the last background count: `draining()` gives
+    {shard: {queue: unfinished jobs}} of the dequeue_only shards counted; `map_pending()` is
+    True while the shard map file holds a map that is not in force."""
+
+    def read() -> list[GaugeMetricFamily]:
+        jobs = GaugeMetricFamily(
+            "pinlater_shard_draining_jobs",
+            "unfinished jobs (pending, in progress, failed) left on a dequeue_only shard, per "
+            "queue, as last counted (sharding.drain_count_interval_seconds)",
+            labels=["shard", "queue"],
+        )
+        remaining = GaugeMetricFamily(
+            "pinlater_shard_drain_remaining",
+            "unfinished jobs left on a dequeue_only shard, all queues (0: drained, safe to "
+            "remove from the shard map)",
+            labels=["shard"],
+        )
+        for shard, queues in sorted(draining().items()):
+            remaining.add_metric([shard], float(sum(queues.values())))
+            for queue, count in sorted(queues.items()):
+                jobs.add_metric([shard, queue], float(count))
+        pending = GaugeMetricFamily(
+            "pinlater_shard_map_pending",
+            "1 while the shard map file holds a map that was not applied (it is retried)",
+            value=1.0 if map_pending() else 0.0,
+        )
+        return [jobs, remaining, pending]
 
     return GaugeCollector(read)

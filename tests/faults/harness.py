@@ -27,6 +27,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from backends import backend_class
+from pinlater.app import load_config
+from pinlater.storage.ledger import LedgerBook
+from pinlater.storage.sharded import ShardedBackend
 from tests.faults import checker
 from tests.faults.ledger import History, job_body, job_id, load
 from tests.faults.ledger import report as write_ledger
@@ -38,6 +42,10 @@ from worker_sdk.models import AckInfo, JobInfo, JobState
 
 CLAIM_TIMEOUT = 1.5
 JANITOR_INTERVAL = 0.25
+#: the servers' `sharding.retries`: an enqueue tries at most 1 + this many shards
+SHARD_RETRIES = 1
+#: seconds a loaded machine may add to a bound the configuration sets (scheduling, GIL)
+LOAD_SLACK = 3.0
 ATTEMPTS = 5
 DRAIN_SECONDS = 20.0
 #: after faults and the drain, the server may hold this many threads above its baseline
@@ -123,7 +131,7 @@ class Rig:
         return {
             "backend": self.storage.backend_section(),
             "janitor": dict(self.janitor),
-            "sharding": {"probe_interval_seconds": 0.3, "retries": 1},
+            "sharding": {"probe_interval_seconds": 0.3, "retries": SHARD_RETRIES},
             "server": {"shutdown_grace_seconds": 3.0},
             **extra,
         }
@@ -155,6 +163,12 @@ class Rig:
         self._clients.append(client)
         return client
 
+    def enqueue_answer_bound(self) -> float:
+        """The longest the server may take to answer an enqueue while shards are silent, as
+        its configuration sets it: each shard it tries (retries are on other shards) fails
+        within the storage's call bound."""
+        return (1 + SHARD_RETRIES) * self.storage.call_bound_seconds()
+
     def addresses(self) -> list[str]:
         return [f"127.0.0.1:{s.port}" for s in self.servers]
 
@@ -177,11 +191,21 @@ class Rig:
 
     @contextlib.contextmanager
     def producers(
-        self, n: int = 2, *, batch: int = 5, pause: float = 0.0, servers: list[str] | None = None
+        self,
+        n: int = 2,
+        *,
+        batch: int = 5,
+        pause: float = 0.0,
+        servers: list[str] | None = None,
+        timeout: float | None = None,
     ):
-        """n threads enqueueing uniquely numbered jobs until the block ends (max 60 s)."""
+        """n threads enqueueing uniquely numbered jobs until the block ends (max 60 s); their
+        clients wait `timeout` seconds for an answer (default: `client()`'s)."""
         stop = threading.Event()
-        producers = [Producer(self, f"p{i + 1}", stop, batch, pause, servers) for i in range(n)]
+        options = {} if timeout is None else {"timeout": timeout}
+        producers = [
+            Producer(self, f"p{i + 1}", stop, batch, pause, servers, options) for i in range(n)
+        ]
         for producer in producers:
             producer.thread.start()
         try:
@@ -317,11 +341,29 @@ class Rig:
             worker.stop()
         drained = self.drain(drain_timeout)
         report = checker.check(
-            self.all_records(), self.final_state(), strict_attempts=strict_attempts
+            self.all_records(),
+            self.final_state(),
+            strict_attempts=strict_attempts,
+            books=self.books(),
         )
         if not drained:
             report.violations.append(f"the queue did not drain within {drain_timeout}s")
         return report
+
+    def books(self) -> dict[str, LedgerBook]:
+        """The queue's ledger on every shard, read straight from the storage (as the servers
+        read it: one snapshot per shard)."""
+        config = load_config(env={}, overrides={"backend": self.storage.backend_section()})
+        backend = backend_class(config.backend.kind)(
+            config.backend.options, config.storage_limits()
+        )
+        store = ShardedBackend(
+            backend, config.backend.shards, num_priorities=config.priorities.levels, retries=3
+        )
+        try:
+            return store.ledger(self.queue)
+        finally:
+            store.close()
 
     # ---- resources ----
 
@@ -503,10 +545,11 @@ class Producer:
         batch: int,
         pause: float,
         servers: list[str] | None,
+        client_options: dict[str, Any],
     ):
         self.rig, self.name, self.stop = rig, name, stop
         self.batch, self.pause = batch, pause
-        self.client = rig.client(name, servers)
+        self.client = rig.client(name, servers, **client_options)
         self.ok = self.failed = 0
         self.latencies: list[float] = []
         self.thread = threading.Thread(target=self.run, name=name, daemon=True)

@@ -76,15 +76,7 @@ class Storage:
             mysql_env.require_mariadb()
             shutil.copytree(mysql_template(), base / "data")
             server = mysql_env.MariaDBServer(base, flush_log_at_trx_commit=1 if self.durable else 0)
-        for attempt in range(3):  # a probed free port can be taken before the bind
-            try:
-                return server.start()
-            except RuntimeError:
-                server.kill()
-                if attempt == 2:
-                    raise
-                server.port = redis_env.free_port()
-        raise AssertionError("unreachable")
+        return server.start_on_a_free_port()
 
     def port(self, i: int) -> int:
         return self.proxies[i].port if self.proxied else self.servers[i].port
@@ -121,6 +113,23 @@ class Storage:
             for i, server in enumerate(self.servers)
         ]
         return {"kind": "mysql", "shards": shards}
+
+    def call_bound_seconds(self) -> float:
+        """The longest one storage call to a silent shard takes to fail, from the timeouts in
+        the shard entries: a new connection's handshake, then one command or statement (the
+        server reopens nothing inside a failing call)."""
+        shards = self.backend_section()["shards"]
+        if self.kind == "redis":
+            return max(
+                s["socket_connect_timeout_seconds"] + s["socket_timeout_seconds"] for s in shards
+            )
+        if self.kind == "mysql":
+            return max(
+                s["connect_timeout_seconds"]
+                + max(s["read_timeout_seconds"], s["write_timeout_seconds"])
+                for s in shards
+            )
+        raise ValueError(f"{self.kind} shards have no network timeouts")
 
     def kill(self, i: int) -> None:
         """kill -9 instance i (by its PID)."""

@@ -23,6 +23,7 @@ import pymysql
 from tests.support import BackendUnderTest, unavailable
 from tests.support.storage_process import StorageProcess, free_port  # noqa: F401 (re-export)
 
+#: seconds a mariadbd start may go without doing any work (see tests/support/storage_process)
 STARTUP_TIMEOUT_SECONDS = 60.0
 _SERVER_BINARIES = ("mariadbd", "mysqld")
 _INSTALL_BINARIES = ("mariadb-install-db", "mysql_install_db")
@@ -78,7 +79,7 @@ class MariaDBServer(StorageProcess):
         if os.geteuid() == 0:
             args.append("--user=root")
         with open(self.base_dir / "install.log", "wb") as log:
-            done = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, timeout=120)
+            done = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, timeout=600)
         if done.returncode != 0:
             raise RuntimeError(f"mariadb-install-db failed; see {self.base_dir / 'install.log'}")
         return self
@@ -109,8 +110,16 @@ class MariaDBServer(StorageProcess):
         return super().start()
 
     def _answers(self) -> bool:
-        self.connect(connect_timeout=1).close()
-        return True
+        """This mariadbd serves on the port: the server answering there has our socket path (a
+        server another session runs on a port taken in between is not ours), and a peer that
+        never greets cannot hold the wait (bounded reads)."""
+        conn = self.connect(connect_timeout=1, read_timeout=2, write_timeout=2)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT @@socket")
+                return cur.fetchone()[0] == str(self.socket_dir / "mysqld.sock")
+        finally:
+            conn.close()
 
     def _starting_errors(self):
         return (pymysql.err.Error,)

@@ -14,10 +14,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from tests.support import BackendUnderTest, unavailable
 from tests.support.storage_process import StorageProcess, free_port  # noqa: F401 (re-export)
 
+#: seconds a redis-server start may go without doing any work (see tests/support/storage_process)
 STARTUP_TIMEOUT_SECONDS = 10.0
 
 
@@ -87,16 +90,19 @@ class RedisServer(StorageProcess):
         return args + self.extra
 
     def _answers(self) -> bool:
-        with self.client() as client:
-            return bool(client.ping())
+        """This redis-server serves on the port (its pid answers: a redis another session runs
+        on a port taken in between is not ours) and has loaded its data (PING answers LOADING,
+        a starting error, until then; INFO answers while loading)."""
+        assert self.proc is not None
+        with self.client(socket_timeout=1, retry=Retry(NoBackoff(), 0)) as client:
+            return int(client.info("server")["process_id"]) == self.proc.pid and client.ping()
 
     def _starting_errors(self):
         return (redis.exceptions.RedisError,)
 
     def client(self, **kwargs) -> redis.Redis:
-        return redis.Redis(
-            host="127.0.0.1", port=self.port, socket_timeout=5, socket_connect_timeout=1, **kwargs
-        )
+        options = {"socket_timeout": 5, "socket_connect_timeout": 1, **kwargs}
+        return redis.Redis(host="127.0.0.1", port=self.port, **options)
 
     def shard(self, name: str) -> dict:
         """The YAML shard entry for a shard on this server."""

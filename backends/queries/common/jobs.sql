@@ -113,3 +113,8 @@ LIMIT :limit
 -- Delete the given jobs if they are still in :state (`+state`: look them up by primary key).
 DELETE FROM {table}
 WHERE local_id IN ({ids}) AND +state = :state
+
+-- name: next_due
+-- The earliest run_after of the table's PENDING jobs (NULL when none): one index seek on the
+-- (state, run_after, local_id) index. The long-poll watcher asks this instead of a dequeue.
+SELECT MIN(run_after) FROM {table} WHERE state = 0
