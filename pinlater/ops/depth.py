@@ -60,7 +60,8 @@ class DepthCollector:
         self.cap = cap
         self.sweep = Sweep(queues_per_tick, interval)
         self._queues: list[str] = []  # listed at the start of the current sweep
-        self._snapshot: Counts = {}
+        #: the last counts by queue: a tick replaces its queues' entries, not the whole map
+        self._by_queue: dict[str, Counts] = {}
         self._refreshed_at = 0.0
         self._lock = threading.Lock()
         self.errors = Counter(
@@ -101,11 +102,15 @@ class DepthCollector:
             self.errors.inc()
             log.debug("queue depth of %d queues not refreshed: %s", len(queues), exc)
             return
-        batch = set(queues)
+        fresh: dict[str, Counts] = {}
+        for key, value in counts.items():
+            fresh.setdefault(key[0], {})[key] = value
         with self._lock:
-            snapshot = {k: v for k, v in self._snapshot.items() if k[0] not in batch}
-            snapshot.update(counts)
-            self._snapshot = snapshot
+            by_queue = dict(self._by_queue)
+            for queue in queues:
+                by_queue.pop(queue, None)
+            by_queue.update(fresh)
+            self._by_queue = by_queue
 
     def _read(self, queues: Sequence[str], strict: bool) -> Counts:
         """Counts of `queues` summed over the shards (one queue_stats call per shard), each
@@ -132,12 +137,17 @@ class DepthCollector:
     def _forget(self, queue: str) -> None:
         """Drop a deleted queue's gauges at once (not at the next sweep)."""
         with self._lock:
-            self._snapshot = {k: v for k, v in self._snapshot.items() if k[0] != queue}
+            by_queue = dict(self._by_queue)
+            by_queue.pop(queue, None)
+            self._by_queue = by_queue
 
     def snapshot(self) -> tuple[Counts, float]:
         """The last counts: {(queue, state, priority): jobs} and the time the last sweep
         ended (epoch s, 0 before the first). The admin API's queue overview reads it."""
-        return self._snapshot, self._refreshed_at
+        return self._flat(), self._refreshed_at
+
+    def _flat(self) -> Counts:
+        return {key: n for counts in self._by_queue.values() for key, n in counts.items()}
 
     def counts_of(self, queue: str) -> Counts:
         """One queue's counts read now (the admin API's queue view); raises like the store."""
@@ -154,7 +164,7 @@ class DepthCollector:
         )
         labelled: Counts = {}  # queues past metrics.max_queues add up under one label
         label = self.metrics.queues.label
-        for (queue, state, priority), value in self._snapshot.items():
+        for (queue, state, priority), value in self._flat().items():
             name = label(queue)
             if name != NO_QUEUE:  # a queue forgotten meanwhile
                 labelled[(name, state, priority)] = labelled.get((name, state, priority), 0) + value
