@@ -46,6 +46,11 @@ def require_mariadb() -> None:
         unavailable("mariadb-install-db (or mysql_install_db) not found")
 
 
+#: mariadb-install-db once failed on a heavily loaded machine with its log gone with the tmp dir;
+#: it is retried on a fresh datadir, and the last attempt's log goes into the error
+INSTALL_ATTEMPTS = 3
+
+
 class MariaDBServer(StorageProcess):
     """One mariadbd on 127.0.0.1 with its own datadir; restartable on the same dir and port."""
 
@@ -78,11 +83,16 @@ class MariaDBServer(StorageProcess):
         ]
         if os.geteuid() == 0:
             args.append("--user=root")
-        with open(self.base_dir / "install.log", "wb") as log:
-            done = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, timeout=600)
-        if done.returncode != 0:
-            raise RuntimeError(f"mariadb-install-db failed; see {self.base_dir / 'install.log'}")
-        return self
+        log_path = self.base_dir / "install.log"
+        for _ in range(INSTALL_ATTEMPTS):
+            # a failed attempt's half-made datadir would fail the next one: start afresh
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            with open(log_path, "wb") as log:
+                done = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, timeout=600)
+            if done.returncode == 0:
+                return self
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"mariadb-install-db failed {INSTALL_ATTEMPTS} times; last log:\n{tail}")
 
     def args(self) -> list[str]:
         args = [
