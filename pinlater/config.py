@@ -216,6 +216,9 @@ class AdminConfig:
     password_failure_burst: int = field(default=5, metadata=_range(1, 10_000))
     #: password hashes this server computes per second at most (each costs ~0.1 s of CPU)
     password_checks_per_second: float = field(default=4, metadata=_range(0.01, 10_000))
+    #: a refused deleteQueue password is answered this much later (no thread waits), so a
+    #: guessing connection makes at most one guess per delay; 0 answers at once
+    password_refusal_delay_seconds: float = field(default=1.0, metadata=_range(0, 60))
     #: an admin API session (cookie from POST /api/v1/login) ends after this long unused
     session_idle_seconds: float = field(default=3600.0, metadata=_range(10, 7 * 86_400))
     #: ... and this long after the login whatever its use

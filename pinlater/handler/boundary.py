@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pinlater.errors import PinLaterError
+from pinlater.handler.tarpit import DelayedRefusal
 from pinlater.idl import pinlater_thrift as wire
 
 log = logging.getLogger("pinlater.handler")
@@ -37,7 +38,11 @@ def rpc(method: Callable) -> Callable:
         started = time.perf_counter()
         outcome, message = "ok", ""
         try:
-            return method(self, context, *args)
+            result = method(self, context, *args)
+            if isinstance(result, DelayedRefusal):  # an error answered later: observed now
+                outcome, message = result.error.name, result.error.message
+                self.observer.on_error(method.__name__, context, result.error)
+            return result
         except PinLaterError as exc:
             outcome, message = exc.name, exc.message
             self.observer.on_error(method.__name__, context, exc)

@@ -28,6 +28,7 @@ from pinlater.handler.observer import RequestObserver
 from pinlater.handler.password_guard import PasswordGuard
 from pinlater.handler.reply_room import ReplyRoom
 from pinlater.handler.schedule_view import ScheduleView
+from pinlater.handler.tarpit import Tarpit
 from pinlater.idl import pinlater_thrift as wire
 from pinlater.storage.descriptors import JobDescriptor, split_local_id, split_prefix
 from pinlater.storage.models import Ack, Checkpoint, ClaimMatch, JobRecord, NewJob, new_ack
@@ -67,6 +68,7 @@ class PinLaterHandler:
             self.limits.max_queue_name_length, backend_cap or self.limits.max_queue_name_length
         )
         self.passwords = _password_guard(config, self.observer)
+        self.tarpit = Tarpit(config.admin.password_refusal_delay_seconds, wire_error)
         self.room = ReplyRoom(config.server.max_frame_bytes, self.levels)
         self.max_unique_key = self.limits.max_unique_key_length
         self.max_wait_ms = config.server.max_dequeue_wait_ms
@@ -85,6 +87,7 @@ class PinLaterHandler:
             self.longpoll.close()
         if self.passwords is not None:
             self.passwords.close()
+        self.tarpit.close()
 
     # ------------------------------------------------------------ queues
 
@@ -98,13 +101,24 @@ class PinLaterHandler:
         self._source(context)
         queue = self._queue(name, "name")
         given = check.text(password, "password", default="")
+        try:
+            self._check_password(given)
+        except PasswordInvalid as refused:
+            # answered late without a thread, so a guessing client cannot repeat at once
+            delayed = self.tarpit.refuse(refused) if context_allows_deferred() else None
+            if delayed is None:
+                raise
+            return delayed
+        self.store.delete_queue(queue)
+        return None
+
+    def _check_password(self, given: str | None) -> None:
         if self.passwords is None:
             raise PasswordInvalid(
                 "Invalid admin password: deleteQueue is disabled until "
                 "admin.password_hash is configured"
             )
         self.passwords.check(given, current_peer())
-        self.store.delete_queue(queue)
 
     @rpc
     def getQueueNames(self, context):
