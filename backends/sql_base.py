@@ -327,11 +327,6 @@ class SQLShard(Shard):
         unique-key table if it exists; read in a fixed number of round trips (the registry or
         the catalogue), never one per queue."""
 
-    def _stats_read(self) -> AbstractContextManager[Any]:
-        """The read `queue_stats` runs in (default `_read`; a dialect may keep its many
-        one-off statements out of the statement caches of its pooled connections)."""
-        return self._read()
-
     def _tx_now(self, cur: Any) -> int:
         """The shard clock for this transaction (override where the storage owns the clock)."""
         return self.now_ms()
@@ -755,7 +750,7 @@ class SQLShard(Shard):
         raise AssertionError("unreachable")
 
     def _queue_stats(self, queues: Sequence[str], cap: int) -> dict[str, QueueStats]:
-        with self._stats_read() as cur:
+        with self._read() as cur:
             now = self._tx_now(cur)
             layout = self._stats_tables(cur, queues)
             zeros = _zero_counts(self.limits.num_priorities)  # a table not read: empty

@@ -161,10 +161,8 @@ class SQLiteShard(SQLShard):
         self.busy_timeout_ms = busy_timeout_ms
         self._clock = clock
         self._idle: list[sqlite3.Connection] = []
-        #: queue_stats' own connection (see _stats_read) and its lock
-        self._stats_conn: sqlite3.Connection | None = None
         self._keyed_seen: set[int] = set()  # queue ids known to have a key table
-        self._stats_lock = threading.Lock()
+        self._keyed_lock = threading.Lock()
         self._writer = GroupCommit(self.name, self._connect, self._translate)
         self._lock = threading.Lock()
         self._closed = False
@@ -216,13 +214,13 @@ class SQLiteShard(SQLShard):
         return int(self._clock() * 1000) + self.clock_offset_ms
 
     # ---- connections and transactions ----
-    def _connect(self, cached_statements: int = 512) -> sqlite3.Connection:
+    def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
             self.path,
             isolation_level=None,
             check_same_thread=False,
             timeout=self.busy_timeout_ms / 1000,
-            cached_statements=cached_statements,
+            cached_statements=512,
         )
         conn.execute(f"PRAGMA synchronous={self.synchronous}")
         if self._secure_delete is None:  # the build's default, restored after a _free
@@ -289,25 +287,6 @@ class SQLiteShard(SQLShard):
     def _read(self):
         return self._transaction("BEGIN")
 
-    @contextmanager
-    def _stats_read(self) -> Iterator[sqlite3.Cursor]:
-        """A read on the shard's one stats connection, which caches no statement: queue_stats
-        runs a one-off statement per job table (thousands with many queues), which would
-        otherwise push the hot statements out of the pooled connections' caches. Kept open (a
-        new connection would parse the whole schema, every queue's tables, first)."""
-        if not self._ready:
-            self._prepare()
-        with self._stats_lock:
-            if self._stats_conn is None:
-                self._stats_conn = self._guarded(lambda: self._connect(cached_statements=0))
-            try:
-                with self._transaction("BEGIN", self._stats_conn) as cur:
-                    yield cur
-            except (sqlite3.Error, ShardError, StorageFull):
-                self._stats_conn.close()
-                self._stats_conn = None
-                raise
-
     def _guarded(self, action: Callable[[], Any]) -> Any:
         try:
             return action()
@@ -353,14 +332,15 @@ class SQLiteShard(SQLShard):
         """The queue ids among `ids` that have a unique-key table (queues created before
         unique keys may not). A key table lasts as long as its queue id (a queue created again
         gets a new one), so the answer is remembered and the schema, a scan of every table and
-        index, is read only for ids not seen before. Called under `_stats_lock`."""
-        seen = self._keyed_seen & registered  # forget deleted queues
-        new = [queue_id for queue_id in ids if queue_id not in seen]
-        if new:
-            existing = {row[0] for row in cur.execute(self.queries.render("job_tables"))}
-            seen |= {queue_id for queue_id in new if _key_table_name(queue_id) in existing}
-        self._keyed_seen = seen
-        return seen
+        index, is read only for ids not seen before."""
+        with self._keyed_lock:
+            seen = self._keyed_seen & registered  # forget deleted queues
+            new = [queue_id for queue_id in ids if queue_id not in seen]
+            if new:
+                existing = {row[0] for row in cur.execute(self.queries.render("job_tables"))}
+                seen |= {queue_id for queue_id in new if _key_table_name(queue_id) in existing}
+            self._keyed_seen = seen
+            return seen
 
     def _queue_id(self, cur: sqlite3.Cursor, queue: str) -> int:
         row = cur.execute(self.queries.render("queue_id"), {"name": queue}).fetchone()
@@ -535,10 +515,6 @@ class SQLiteShard(SQLShard):
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
-        with self._stats_lock:
-            if self._stats_conn is not None:
-                self._stats_conn.close()
-                self._stats_conn = None
         self._writer.close()
 
 
