@@ -90,14 +90,16 @@ class DepthCollector:
         self._refreshed_at = time.time()
 
     def _list_queues(self) -> bool:
-        try:
-            queues = sorted(self.store.queue_names())
-        except Exception as exc:  # noqa: BLE001 - a dead shard must not stop the collector
-            self.errors.inc()
-            log.warning("queue depth: cannot list queues: %s", exc)
-            return False
-        for gone in self.metrics.queues.replace(queues):  # deleted, maybe by another server
-            self.metrics.forget_queue(gone)
+        with self.metrics.queues.listing() as replace:  # keeps what this server did meanwhile
+            try:
+                queues = sorted(self.store.queue_names())
+            except Exception as exc:  # noqa: BLE001 - a dead shard must not stop the collector
+                self.errors.inc()
+                log.warning("queue depth: cannot list queues: %s", exc)
+                return False
+            gone = replace(queues)
+        for queue in gone:  # deleted, maybe by another server
+            self.metrics.forget_queue(queue)
         self._queues = queues
         return True
 
@@ -111,9 +113,10 @@ class DepthCollector:
             log.debug("queue depth of %d queues not refreshed: %s", len(queues), exc)
             return
         batch = set(queues)
-        with self._lock:
+        known = self.metrics.queues.known
+        with self._lock:  # a queue forgotten since the listing (deleted) gets no gauges again
             snapshot = {k: v for k, v in self._snapshot.items() if k[0] not in batch}
-            snapshot.update(counts)
+            snapshot.update((k, v) for k, v in counts.items() if known(k[0]))
             self._snapshot = snapshot
 
     def _read(self, queues: Sequence[str], strict: bool) -> Counts:

@@ -17,9 +17,10 @@ queue and when the depth refresh finds a queue gone (deleted through another ser
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -51,11 +52,19 @@ _REQUEST_BUCKETS = (
 
 
 class QueueLabels:
-    """The set of queue names allowed as label values. Thread-safe."""
+    """The set of queue names allowed as label values. Thread-safe.
+
+    A listing of the store replaces the set, but it is a picture of when it was read: a queue
+    this server created or deleted while the listing ran keeps that change (`listing()`).
+    Before, a queue created as the depth collector listed was forgotten again (its requests
+    counted under `queue=""` until the next sweep), and one deleted meanwhile came back."""
 
     def __init__(self) -> None:
         self._known: frozenset[str] = frozenset()
         self._lock = threading.Lock()
+        #: name -> True (added) / False (removed) since the oldest running listing began
+        self._changed: dict[str, bool] = {}
+        self._listings = 0
 
     def label(self, name: object) -> str:
         """`name` if it is a known queue, else NO_QUEUE (a plain set lookup, no validation
@@ -68,17 +77,44 @@ class QueueLabels:
     def add(self, name: str) -> None:
         with self._lock:
             self._known = self._known | {name}
+            if self._listings:
+                self._changed[name] = True
 
     def remove(self, name: str) -> None:
         with self._lock:
             self._known = self._known - {name}
+            if self._listings:
+                self._changed[name] = False
+
+    @contextlib.contextmanager
+    def listing(self) -> Iterator[Callable[[Iterable[str]], frozenset[str]]]:
+        """`with labels.listing() as replace: replace(store.queue_names())`: `replace(names)`
+        makes `names`, plus the adds and removes made since the block began, the known
+        queues, and returns the ones that were known and are not now."""
+        with self._lock:
+            self._listings += 1
+
+        def replace(names: Iterable[str]) -> frozenset[str]:
+            with self._lock:
+                target = set(names)
+                for name, added in self._changed.items():
+                    (target.add if added else target.discard)(name)
+                gone = self._known.difference(target)
+                self._known = frozenset(target)
+            return gone
+
+        try:
+            yield replace
+        finally:
+            with self._lock:
+                self._listings -= 1
+                if not self._listings:
+                    self._changed.clear()
 
     def replace(self, names: Iterable[str]) -> frozenset[str]:
         """Make `names` the known queues; return the ones that were known and are not now."""
-        with self._lock:
-            gone = self._known.difference(names)
-            self._known = frozenset(names)
-        return gone
+        with self.listing() as replace:
+            return replace(names)
 
 
 class Metrics:
