@@ -83,6 +83,9 @@ struct PinLaterDequeueRequest {
   3: optional PinLaterJobAckRequest jobAckRequest,
   4: optional bool dryRun = 0,
   5: optional double coverage = 1.0,
+  // extension: long-poll. When no job is eligible, the server holds the request up to this
+  // many ms (capped by server.max_dequeue_wait_ms) until one is; 0 or unset answers at once.
+  100: optional i32 waitMillis,
 }
 
 struct PinLaterDequeueMetadata {

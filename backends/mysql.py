@@ -52,6 +52,7 @@ from backends.sql_base import QueryBook, SQLDialect, SQLShard, StatsTables
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
 from pinlater.storage.descriptors import SHARD_NAME_PATTERN
 from pinlater.storage.errors import QueueBusy, QueueNotFound, ShardError
+from pinlater.storage.ledger import COUNTERS
 from pinlater.storage.specs import ConfigError, field_range, parse_shard_list
 
 MYSQL = SQLDialect(
@@ -59,6 +60,9 @@ MYSQL = SQLDialect(
 )
 #: each queue database's unique-key table (queries/mysql/keys.sql)
 KEY_TABLE = "unique_keys"
+#: each queue database's ledger table: a journal of one row per write transaction, folded by
+#: the janitor (queries/mysql/schema.sql create_ledger_table)
+LEDGER_TABLE = "ledger"
 #: MySQL identifiers (database names) are at most 64 characters
 MAX_IDENTIFIER = 64
 #: bytes an INSERT statement may use beyond its rows' escaped values
@@ -210,6 +214,7 @@ class MySQLShard(SQLShard):
 
     dialect = MYSQL
     queries = QueryBook(MYSQL)
+    ledger_journal = True
 
     def __init__(
         self,
@@ -247,6 +252,14 @@ class MySQLShard(SQLShard):
 
     def _require_queue(self, cur: Any, queue: str) -> None:
         self._run(cur, "queue_probe", self._job_table(cur, queue, 1), {}).fetchall()
+
+    #: one round trip reads this many tables' stats (a statement of ~60 KB)
+    stats_tables_per_statement = 50
+
+    def _ledger_table(self, cur: Any, queue: str) -> tuple[str, ...]:
+        # as _key_table (the missing-tables repair gives a queue created before the ledger
+        # its table, with its opening balance)
+        return (self.database(queue), LEDGER_TABLE)
 
     def _stats_tables(self, cur: Any, queues: Sequence[str]) -> dict[str, StatsTables]:
         wanted = set(queues)
@@ -316,10 +329,16 @@ class MySQLShard(SQLShard):
         at once, so a queue being deleted is never given tables again). True if it did."""
         db = self.database(queue)
         try:
-            self._ddl(
-                [self.queries.render("queue_probe", table=(db, "jobs_p1"))]
-                + self._job_tables_ddl(db)
+            [tables, *_] = self._ddl(
+                [
+                    self.queries.render("database_tables"),
+                    self.queries.render("queue_probe", table=(db, "jobs_p1")),
+                ]
+                + self._job_tables_ddl(db),
+                {"db": db},
             )
+            if LEDGER_TABLE not in {name for (name,) in tables}:
+                self._open_books(db)
         except QueueNotFound:  # jobs_p1 (1146) or the database (1049) is gone
             return False
         except QueueBusy:
@@ -327,6 +346,38 @@ class MySQLShard(SQLShard):
         except ShardError:  # unreachable: the call reports its own QueueNotFound
             return False
         return True
+
+    def _open_books(self, db: str) -> None:
+        """The opening row (row 1, reserved) of a ledger table just given to a queue that
+        existed without one (created by an older version): its jobs present now as enqueued,
+        so its books balance from then on. (A write committed between the table's creation
+        and this count would be counted twice; writes to the queue fail until the table
+        exists, so that is a window of one round trip, once, at the upgrade.)"""
+        with self._connected_transaction(read_only=False) as cur:
+            present = sum(
+                self._run(cur, "count_all", (db, f"jobs_p{p}"), {}).fetchone()[0]
+                for p in range(1, self.limits.num_priorities + 1)
+            )
+            self._run(cur, "ledger_seed", (db, LEDGER_TABLE), {"enqueued": present})
+
+    def fold_ledger(self, queue: str, limit: int) -> int:
+        """Fold the first `limit` journal rows into the last of them, in one transaction: the
+        sums are read with locks (a row not yet committed is waited for, up to the lock wait,
+        then the fold fails as QueueBusy and is tried again next pass; writers never wait for
+        a fold, they only insert)."""
+        table = self._ledger_table(None, queue)
+        with self._read() as cur:  # an idle queue's visit: one small read, no write
+            rows = self._run(cur, "ledger_fold_last", table, {"limit": limit}).fetchone()[1]
+        if rows < 2:
+            return 0
+        with self._write() as cur:
+            last, rows = self._run(cur, "ledger_fold_last", table, {"limit": limit}).fetchone()
+            if last is None or rows < 2:
+                return 0
+            sums = self._run(cur, "ledger_fold_sum", table, {"last": last}).fetchone()
+            params = {**dict(zip(COUNTERS, sums, strict=True)), "last": last}
+            self._run(cur, "ledger_fold_set", table, params)
+            return max(self._run(cur, "ledger_fold_delete", table, {"last": last}).rowcount, 0)
 
     @contextmanager
     def _connected_transaction(self, read_only: bool) -> Iterator[Any]:
@@ -452,7 +503,10 @@ class MySQLShard(SQLShard):
         return [
             self.queries.render("create_job_table", table=(db, f"jobs_p{p}"))
             for p in range(1, self.limits.num_priorities + 1)
-        ] + [self.queries.render("create_key_table", table=(db, KEY_TABLE))]
+        ] + [
+            self.queries.render("create_key_table", table=(db, KEY_TABLE)),
+            self.queries.render("create_ledger_table", table=(db, LEDGER_TABLE)),
+        ]
 
     def delete_queue(self, queue: str) -> None:
         """Move the queue's tables into the trash database in one RENAME (from then on the

@@ -43,6 +43,7 @@ from pinlater.storage.contract import (
     StorageLimits,
 )
 from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
+from pinlater.storage.ledger import LedgerBook, book_from
 from pinlater.storage.models import (
     AGED_STATES,
     Ack,
@@ -250,7 +251,11 @@ class RedisShard(Shard):
 
     # ---- queues ----
     def create_queue(self, queue: str) -> None:
-        self._run(self._scripts.create_queue, queue, [queue, self.limits.num_priorities])
+        self._run(
+            self._scripts.create_queue,
+            queue,
+            [queue, self.limits.num_priorities, self._prefix(queue)],
+        )
 
     def delete_queue(self, queue: str) -> None:
         """Unregister the queue and UNLINK its keys in one script call: a queue's jobs live in
@@ -471,6 +476,11 @@ class RedisShard(Shard):
             args += [priority, keys.id19(local_id)]
         return _records(self._run(self._scripts.lookup, queue, args))
 
+    def next_due_ms(self, queue: str) -> int | None:
+        args = [queue, self._prefix(queue), self._offset(), self.limits.num_priorities]
+        due = self._run(self._scripts.next_due, queue, args)
+        return None if due is None else int(due)
+
     def queue_stats(self, queues: Sequence[str], cap: int) -> dict[str, QueueStats]:
         args: list = [self._offset(), max(int(cap), 0), self.limits.num_priorities]
         for queue in queues:
@@ -638,6 +648,14 @@ class RedisShard(Shard):
         return in_steps(
             limit, lambda size: int(self._run(self._scripts.purge, queue, [*args, size]))
         )
+
+    def ledger(self, queue: str) -> LedgerBook:
+        """ledger.lua: the counters and ZCARD of every state index in one script call."""
+        flat, states = self._run(
+            self._scripts.ledger, queue, [queue, self._prefix(queue), self.limits.num_priorities]
+        )
+        counters = {_decode_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+        return book_from(counters, dict(enumerate(int(n) for n in states)))
 
     def purge_keys(self, queue: str, limit: int) -> int:
         args = [queue, self._prefix(queue), self._offset(), max(int(limit), 0)]

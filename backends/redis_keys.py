@@ -30,6 +30,9 @@ key starts with the shard name):
                                                ASCII, and a hash field, never part of a key)
     pl:<shard>:q:<queue>:ux             ZSET   unique key, score expires_at ms: the janitor's
                                                purge of expired keys
+    pl:<shard>:q:<queue>:ledger         HASH   counter -> count: the queue's ledger
+                                               (pinlater/storage/ledger.py), added to by the
+                                               script that made each change
 
 Jobs are fields of per-priority column hashes rather than a hash each, so enqueue, dequeue and
 ack read and write a whole batch with one variadic HMGET/HSET per column (a Lua redis.call costs

@@ -55,6 +55,7 @@ class Scripts:
     lookup: Script
     page: Script
     count: Script
+    next_due: Script
     retry_failed: Script
     delete_jobs: Script
     reclaim: Script
@@ -62,6 +63,7 @@ class Scripts:
     settings_read: Script
     settings_write: Script
     purge_keys: Script
+    ledger: Script
     queue_stats: Script
 
     def __init__(self, client: redis.Redis):

@@ -50,6 +50,7 @@ from pinlater.storage.acks import AckGroup, AckOutcome, group_acks
 from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
 from pinlater.storage.contract import DELETE_STEP, BodyFilter, ByteBudget, Shard
 from pinlater.storage.errors import QueueBusy, QueueNotFound, ShardError
+from pinlater.storage.ledger import COUNTERS, LedgerBook, book_from, deltas
 from pinlater.storage.models import (
     AGED_STATES,
     Ack,
@@ -76,8 +77,6 @@ _NAME_LINE = re.compile(r"--\s*name:\s*(\w+)\s*$")
 _OVERRIDES_LINE = re.compile(r"--\s*overrides:\s*(\S.*?)\s*$")
 #: id lists are padded to a power of two up to this size (few distinct statement texts)
 MAX_ID_LIST = 1024
-#: tables one statement of `queue_stats` reads (SQLite allows 500 terms in a compound select)
-STATS_TABLES_PER_STATEMENT = 100
 _STATS_TRIES = 3
 #: `:inline` when no budget bounds a call: every body is read by the first select
 _ALL_INLINE = 2**62
@@ -274,7 +273,12 @@ def _claim_params(match: ClaimMatch) -> dict[str, Any]:
     return {"claim": match.claim, "source": match.source, "source_pos": CLAIM_SOURCE_OFFSET + 1}
 
 
-_ACK_QUERY = {AckOutcome.SUCCESS: "ack_success", AckOutcome.FAILURE: "ack_failure"}
+#: per ack outcome, (statement, ledger counter) in the order they run: a failure ack is two
+#: statements (attempts left or not), so the ledger counts retried and failed apart
+_ACK_QUERIES = {
+    AckOutcome.SUCCESS: (("ack_success", "succeeded"),),
+    AckOutcome.FAILURE: (("ack_failure_final", "failed"), ("ack_failure_retry", "retried")),
+}
 
 
 class SQLShard(Shard):
@@ -282,6 +286,10 @@ class SQLShard(Shard):
 
     dialect: SQLDialect
     queries: QueryBook
+    #: tables one `queue_stats` statement reads (UNION ALL of one select per table): a dialect
+    #: with round trips to save joins many (SQLite would allow 500 terms), an in-process one
+    #: gains nothing and pays for big statements in prepare time and statement-cache memory
+    stats_tables_per_statement: int = 1
 
     # ---- dialect hooks ----
     @abc.abstractmethod
@@ -307,10 +315,20 @@ class SQLShard(Shard):
         the first statement on it) for a missing queue."""
 
     @abc.abstractmethod
+    def _ledger_table(self, cur: Any, queue: str) -> tuple[str, ...]:
+        """Identifier parts of the queue's ledger table (queries/common/ledger.sql); raise
+        QueueNotFound (here or from the first statement on it) for a missing queue."""
+
+    @abc.abstractmethod
     def _stats_tables(self, cur: Any, queues: Sequence[str]) -> dict[str, StatsTables]:
         """For each of `queues` that exists: its job tables that exist, by priority, and its
         unique-key table if it exists; read in a fixed number of round trips (the registry or
         the catalogue), never one per queue."""
+
+    def _stats_read(self) -> AbstractContextManager[Any]:
+        """The read `queue_stats` runs in (default `_read`; a dialect may keep its many
+        one-off statements out of the statement caches of its pooled connections)."""
+        return self._read()
 
     def _tx_now(self, cur: Any) -> int:
         """The shard clock for this transaction (override where the storage owns the clock)."""
@@ -356,6 +374,30 @@ class SQLShard(Shard):
     ) -> str:
         return self.queries.render(name, ids=ids, clocked=clocked, lock=lock, table=table)
 
+    def _book(self, cur: Any, queue: str, **changes: int) -> None:
+        """Add `changes` to the queue's ledger in the caller's transaction, as its last
+        statement (nothing when every change is 0): one UPDATE of the ledger's row (SQLite's
+        one writer holds the database anyway), or one journal row where writers lock rows
+        (MySQL overrides ledger_add). A ledger without its row yet gets it first."""
+        if not any(changes.values()):
+            return
+        table = self._ledger_table(cur, queue)
+        params = {**deltas(**changes), "slot": 0}
+        if self._run(cur, "ledger_add", table, params).rowcount == 0:
+            self._run(cur, "ledger_seed", table, {"slot": 0, "enqueued": 0})
+            self._run(cur, "ledger_add", table, params)
+
+    def ledger(self, queue: str) -> LedgerBook:
+        """ledger_read and state_counts of every priority in one read snapshot."""
+        states: dict[int, int] = defaultdict(int)
+        with self._read() as cur:
+            row = self._run(cur, "ledger_read", self._ledger_table(cur, queue), {}).fetchone()
+            for priority in range(1, self.limits.num_priorities + 1):
+                table = self._job_table(cur, queue, priority)
+                for state, count in self._run(cur, "state_counts", table, {}).fetchall():
+                    states[int(state)] += int(count)
+        return book_from(dict(zip(COUNTERS, row or (), strict=False)), states)
+
     def _run(
         self,
         cur: Any,
@@ -397,7 +439,9 @@ class SQLShard(Shard):
             clock, clocked = self._now_params(cur, one)
             if not jobs:
                 self._require_queue(cur, queue)
-            return self._insert_rows(cur, queue, jobs, rows, clock, clocked)
+            ids = self._insert_rows(cur, queue, jobs, rows, clock, clocked)
+            self._book(cur, queue, enqueued=len(ids))
+            return ids
 
     def enqueue_keyed(
         self, queue: str, jobs: Sequence[NewJob], unique_window_ms: int
@@ -438,6 +482,7 @@ class SQLShard(Shard):
             ]
             if binds:
                 cur.executemany(self.queries.render("key_bind", table=table), binds)
+            self._book(cur, queue, enqueued=len(ids), deduplicated=len(jobs) - len(ids))
         return keyed_results(jobs, firsts, held, where)
 
     def _key_holders(
@@ -510,7 +555,23 @@ class SQLShard(Shard):
             if claim is not None:
                 self._claim(cur, table, rows, claim)
             rows = self._with_bodies(cur, table, rows)
+            if claim is not None:
+                self._book(cur, queue, dequeued=len(rows))
         return [new_dequeued_job(priority, r[0], bytes(r[1]), r[3], r[4], claim) for r in rows]
+
+    def next_due_ms(self, queue: str) -> int | None:
+        """One read snapshot: the shard clock, then `next_due` per priority table."""
+        earliest = None
+        with self._read() as cur:
+            now = self._tx_now(cur)
+            self._require_queue(cur, queue)
+            for priority in range(1, self.limits.num_priorities + 1):
+                table = self._job_table(cur, queue, priority)
+                row = self._run(cur, "next_due", table, {}).fetchone()
+                if row is not None and row[0] is not None:
+                    due = int(row[0])
+                    earliest = due if earliest is None else min(earliest, due)
+        return None if earliest is None else max(0, earliest - now)
 
     def _eligible(
         self, cur: Any, table: tuple[str, ...], limit: int, budget: ByteBudget | None, lock: str
@@ -546,7 +607,8 @@ class SQLShard(Shard):
         where the dialect can."""
         groups = group_acks(succeeded, failed)
         one = not groups or (len(groups) == 1 and len(groups[0].local_ids) <= MAX_ID_LIST)
-        applied = 0
+        one = one and all(g.outcome is AckOutcome.SUCCESS for g in groups)
+        counts: dict[str, int] = defaultdict(int)
         with self._write() as cur:
             clock, clocked = self._now_params(cur, one)
             if not groups:
@@ -554,9 +616,11 @@ class SQLShard(Shard):
             for group in groups:
                 table = self._job_table(cur, queue, group.priority)
                 params = {**self._ack_params(group), **clock}
-                name = _ACK_QUERY[group.outcome]
-                applied += self._by_ids(cur, name, table, group.local_ids, params, clocked)[0]
-        return applied
+                for name, counter in _ACK_QUERIES[group.outcome]:
+                    changed = self._by_ids(cur, name, table, group.local_ids, params, clocked)[0]
+                    counts[counter] += changed
+            self._book(cur, queue, **counts)
+        return sum(counts.values())
 
     def _ack_params(self, group: AckGroup) -> dict[str, Any]:
         """The parameters of one ack group's statement, besides the clock and the ids."""
@@ -689,22 +753,28 @@ class SQLShard(Shard):
         raise AssertionError("unreachable")
 
     def _queue_stats(self, queues: Sequence[str], cap: int) -> dict[str, QueueStats]:
-        with self._read() as cur:
+        with self._stats_read() as cur:
             now = self._tx_now(cur)
             layout = self._stats_tables(cur, queues)
+            zeros = _zero_counts(self.limits.num_priorities)  # a table not read: empty
+            stats = {
+                q: QueueStats(now_ms=now, counts=dict(zeros), oldest_update={}) for q in layout
+            }
             job_tables = [(q, p, t) for q, (by_p, _) in layout.items() for p, t in by_p.items()]
-            key_tables = [(q, t) for q, (_, t) in layout.items() if t is not None]
-            stats = {q: QueueStats(now_ms=now, counts={}, oldest_update={}) for q in layout}
-            params = {"now": now, "cap": cap}
-            for chunk, rows in self._union_rows(cur, "table_stats", job_tables, params):
+            query, params = ("table_stats", {"now": now, "cap": cap}) if cap else ("table_ages", {})
+            for chunk, rows in self._union_rows(cur, query, job_tables, params):
                 for row in rows:
                     queue, priority, _ = chunk[row[0]]
-                    _add_table_stats(stats[queue], priority, row[1:])
-            firsts = {}
-            for chunk, rows in self._union_rows(cur, "key_stats", key_tables, {}):
-                firsts.update({chunk[row[0]][0]: row[1] for row in rows if row[1] is not None})
+                    values = row[1:] if cap else (0,) * 8 + tuple(row[1:])  # ages: no counts
+                    _add_table_stats(stats[queue], priority, values)
+            key_tables = [(q, t) for q, (_, t) in layout.items() if t is not None]
+            firsts = {
+                chunk[row[0]][0]: row[1]
+                for chunk, rows in self._union_rows(cur, "key_stats", key_tables, {})
+                for row in rows
+            }
         return {
-            q: dataclasses.replace(s, first_key_expiry=firsts.get(q)) if q in firsts else s
+            q: dataclasses.replace(s, first_key_expiry=firsts[q]) if firsts.get(q) else s
             for q, s in stats.items()
         }
 
@@ -712,10 +782,11 @@ class SQLShard(Shard):
         self, cur: Any, name: str, parts: Sequence[tuple], params: Mapping[str, Any]
     ) -> Iterator[tuple[Sequence[tuple], list]]:
         """(chunk, its rows) of query `name` over the tables that end each tuple of `parts`,
-        STATS_TABLES_PER_STATEMENT tables per statement; a row's first column is its index
+        `stats_tables_per_statement` tables per statement; a row's first column is its index
         in the chunk."""
-        for start in range(0, len(parts), STATS_TABLES_PER_STATEMENT):
-            chunk = parts[start : start + STATS_TABLES_PER_STATEMENT]
+        step = self.stats_tables_per_statement
+        for start in range(0, len(parts), step):
+            chunk = parts[start : start + step]
             sql = self.queries.union_all(name, [part[-1] for part in chunk])
             numbered = {f"part_{i}": i for i in range(len(chunk))}
             cur.execute(sql, {**params, **numbered})
@@ -803,7 +874,7 @@ class SQLShard(Shard):
         self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
     ) -> int:
         if body_filter is None:
-            return self._write_steps(
+            return self._removing_steps(
                 queue,
                 priority,
                 limit,
@@ -813,6 +884,7 @@ class SQLShard(Shard):
                     ).rowcount,
                     0,
                 ),
+                "deleted",
             )
         # The filter runs in Python over a read snapshot, outside the write lock (a regex scan
         # must not stall every dequeue); the deletes are guarded by the state, so a job that
@@ -829,7 +901,7 @@ class SQLShard(Shard):
             chunk = ids[start : start + DELETE_STEP]
             return self._by_ids(cur, "delete_by_ids", table, chunk, {"state": int(state)})[0]
 
-        return self._write_steps(queue, priority, len(ids), by_ids, until_short=False)
+        return self._removing_steps(queue, priority, len(ids), by_ids, "deleted", until_short=False)
 
     def _write_steps(
         self,
@@ -847,6 +919,25 @@ class SQLShard(Shard):
                 return step(cur, self._job_table(cur, queue, priority), size)
 
         return in_steps(limit, in_transaction, until_short=until_short, pause=self._between_steps)
+
+    def _removing_steps(
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        step: Callable[[Any, tuple[str, ...], int], int],
+        counter: str,
+        until_short: bool = True,
+    ) -> int:
+        """`_write_steps` for steps that remove jobs: each step's count goes to the ledger's
+        `counter` in the step's own transaction."""
+
+        def booked(cur: Any, table: tuple[str, ...], size: int) -> int:
+            removed = step(cur, table, size)
+            self._book(cur, queue, **{counter: removed})
+            return removed
+
+        return self._write_steps(queue, priority, limit, booked, until_short)
 
     def _between_steps(self, step_seconds: float) -> None:
         """Called between the write transactions of a stepped delete, after one that took
@@ -880,6 +971,7 @@ class SQLShard(Shard):
             if failed < limit:
                 params["limit"] = limit - failed
                 retried = max(self._run(cur, "reclaim_retry", table, params).rowcount, 0)
+            self._book(cur, queue, reclaimed=failed + retried)
         return ReclaimCounts(retried=retried, failed=failed)
 
     def purge(self, queue: str, priority: int, state: JobState, ttl_ms: int, limit: int) -> int:
@@ -887,7 +979,7 @@ class SQLShard(Shard):
             params = {"state": int(state), "cutoff": self._tx_now(cur) - ttl_ms, "limit": size}
             return max(self._run(cur, "purge", table, params).rowcount, 0)
 
-        return self._write_steps(queue, priority, limit, step)
+        return self._removing_steps(queue, priority, limit, step, "purged")
 
     # ---- runtime queue settings ----
     #: identifier parts of the one-row settings table (queries/common/settings.sql)
@@ -924,6 +1016,10 @@ class SQLShard(Shard):
 
 #: a queue's job tables by priority and its unique-key table (None: it has none)
 StatsTables = tuple[dict[int, tuple[str, ...]], tuple[str, ...] | None]
+
+
+def _zero_counts(levels: int) -> dict[tuple[int, JobState, bool], int]:
+    return {(p, st, fu): 0 for p in range(1, levels + 1) for st in JobState for fu in (False, True)}
 
 
 def _add_table_stats(stats: QueueStats, priority: int, values: Sequence[Any]) -> None:

@@ -74,6 +74,9 @@ class SQLiteShardSpec(ShardSpec):
 class SQLiteBackend(Backend):
     kind = "sqlite"
     supports_shard_reload = True  # opening and closing a shard is just opening a file
+    #: one writer per file at a time whatever the connections: a second connection for
+    #: enqueues would only contend for the lock (its writer thread already batches them)
+    isolates_connections = False
 
     def __init__(self, options: Mapping[str, Any], limits: StorageLimits):
         super().__init__({**DEFAULT_OPTIONS, **options}, limits)
@@ -158,6 +161,9 @@ class SQLiteShard(SQLShard):
         self.busy_timeout_ms = busy_timeout_ms
         self._clock = clock
         self._idle: list[sqlite3.Connection] = []
+        #: queue_stats' own connection (see _stats_read) and its lock
+        self._stats_conn: sqlite3.Connection | None = None
+        self._stats_lock = threading.Lock()
         self._writer = GroupCommit(self.name, self._connect, self._translate)
         self._lock = threading.Lock()
         self._closed = False
@@ -209,13 +215,13 @@ class SQLiteShard(SQLShard):
         return int(self._clock() * 1000) + self.clock_offset_ms
 
     # ---- connections and transactions ----
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, cached_statements: int = 512) -> sqlite3.Connection:
         conn = sqlite3.connect(
             self.path,
             isolation_level=None,
             check_same_thread=False,
             timeout=self.busy_timeout_ms / 1000,
-            cached_statements=512,
+            cached_statements=cached_statements,
         )
         conn.execute(f"PRAGMA synchronous={self.synchronous}")
         if self._secure_delete is None:  # the build's default, restored after a _free
@@ -282,6 +288,25 @@ class SQLiteShard(SQLShard):
     def _read(self):
         return self._transaction("BEGIN")
 
+    @contextmanager
+    def _stats_read(self) -> Iterator[sqlite3.Cursor]:
+        """A read on the shard's one stats connection, which caches no statement: queue_stats
+        runs a one-off statement per job table (thousands with many queues), which would
+        otherwise push the hot statements out of the pooled connections' caches. Kept open (a
+        new connection would parse the whole schema, every queue's tables, first)."""
+        if not self._ready:
+            self._prepare()
+        with self._stats_lock:
+            if self._stats_conn is None:
+                self._stats_conn = self._guarded(lambda: self._connect(cached_statements=0))
+            try:
+                with self._transaction("BEGIN", self._stats_conn) as cur:
+                    yield cur
+            except (sqlite3.Error, ShardError, StorageFull):
+                self._stats_conn.close()
+                self._stats_conn = None
+                raise
+
     def _guarded(self, action: Callable[[], Any]) -> Any:
         try:
             return action()
@@ -303,6 +328,9 @@ class SQLiteShard(SQLShard):
     def _key_table(self, cur: Any, queue: str) -> tuple[str, ...]:
         return (_key_table_name(self._queue_id(cur, queue)),)
 
+    def _ledger_table(self, cur: Any, queue: str) -> tuple[str, ...]:
+        return (_ledger_table_name(self._queue_id(cur, queue)),)
+
     def _stats_tables(self, cur: Any, queues: Sequence[str]) -> dict[str, StatsTables]:
         wanted = set(queues)
         ids = {
@@ -311,12 +339,15 @@ class SQLiteShard(SQLShard):
             if name in wanted
         }
         existing = {row[0] for row in cur.execute(self.queries.render("job_tables"))}
+        # a job table that never held a job is empty: not read at all (with many idle queues
+        # most are, and each read is a statement to prepare)
+        used = {row[0] for row in cur.execute(self.queries.render("used_tables"))}
         found: dict[str, StatsTables] = {}
         for name, queue_id in ids.items():
             tables = {p: f"q{queue_id}_p{p}" for p in range(1, self.limits.num_priorities + 1)}
             keys = _key_table_name(queue_id)
             found[name] = (
-                {p: (table,) for p, table in tables.items() if table in existing},
+                {p: (table,) for p, table in tables.items() if table in used},
                 (keys,) if keys in existing else None,
             )
         return found
@@ -341,6 +372,7 @@ class SQLiteShard(SQLShard):
             self._create_tables(cur, self._queue_id(cur, queue))
 
     def _create_tables(self, cur: sqlite3.Cursor, queue_id: int) -> None:
+        self._create_ledger(cur, queue_id)
         keys = _key_table_name(queue_id)
         cur.execute(self.queries.render("create_key_table", table=(keys,)))
         cur.execute(
@@ -354,6 +386,26 @@ class SQLiteShard(SQLShard):
                 ("create_updated_index", "updated"),
             ):
                 cur.execute(self.queries.render(name, table=(table,), index=(f"{table}_{suffix}",)))
+
+    def _create_ledger(self, cur: sqlite3.Cursor, queue_id: int) -> None:
+        """The queue's ledger table and its one slot; a queue that held jobs before it had a
+        ledger (created by an older version) opens its books with them as enqueued, so they
+        balance from then on. Runs under the write lock (creation and migration)."""
+        ledger = _ledger_table_name(queue_id)
+        try:  # found through the schema's hash table (no scan of sqlite_master per queue)
+            cur.execute(self.queries.render("table_probe", table=(ledger,)))
+            return
+        except sqlite3.OperationalError:
+            pass  # no such table: this queue has no books yet
+        jobs = [
+            t for t in self._tables_of(cur, queue_id) if re.fullmatch(rf"q{queue_id}_p[0-9]+", t)
+        ]
+        present = sum(
+            cur.execute(self.queries.render("count_all", table=(t,))).fetchone()[0] for t in jobs
+        )
+        cur.execute(self.queries.render("create_ledger_table", table=(ledger,)))
+        seed = self.queries.render("ledger_seed", table=(ledger,))
+        cur.execute(seed, {"slot": 0, "enqueued": present})
 
     def delete_queue(self, queue: str) -> None:
         """Hide the queue in one short transaction (its registry row moves to deleted_queues:
@@ -424,7 +476,10 @@ class SQLiteShard(SQLShard):
             yield cur
 
     def _tables_of(self, cur: sqlite3.Cursor, queue_id: int) -> list[str]:
-        own = re.compile(rf"q{queue_id}_p[0-9]+|{_key_table_name(queue_id)}", re.ASCII)
+        own = re.compile(
+            rf"q{queue_id}_p[0-9]+|{_key_table_name(queue_id)}|{_ledger_table_name(queue_id)}",
+            re.ASCII,
+        )
         return [
             name
             for (name,) in cur.execute(self.queries.render("job_tables"))
@@ -470,12 +525,22 @@ class SQLiteShard(SQLShard):
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+        with self._stats_lock:
+            if self._stats_conn is not None:
+                self._stats_conn.close()
+                self._stats_conn = None
         self._writer.close()
 
 
 def _key_table_name(queue_id: int) -> str:
     """The unique-key table of a queue (queries/sqlite/keys.sql)."""
     return f"q{queue_id}_keys"
+
+
+def _ledger_table_name(queue_id: int) -> str:
+    """The ledger table of a queue (queries/common/ledger.sql); it goes with the queue's id,
+    so a queue created again (a new id) starts with empty books."""
+    return f"q{queue_id}_ledger"
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

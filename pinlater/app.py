@@ -22,17 +22,21 @@ from pinlater.ops import schedules as schedule_ops
 from pinlater.ops.admin_actions import AdminActions
 from pinlater.ops.admin_reads import AdminContext, AdminReads
 from pinlater.ops.depth import DepthCollector
+from pinlater.ops.drain import DrainProgress
 from pinlater.ops.janitor import Janitor
 from pinlater.ops.janitor_activity import JanitorActivity
+from pinlater.ops.ledger_audit import LedgerAudit
 from pinlater.ops.maintenance import ShardMaintenance, ShardMapWatcher
-from pinlater.ops.metrics import Metrics, live_gauges
+from pinlater.ops.metrics import Metrics, dequeue_path_metrics, drain_gauges, live_gauges
 from pinlater.ops.observer import OperatingObserver
 from pinlater.ops.periodic import Periodic
+from pinlater.ops.placement_check import PlacementCheck
 from pinlater.ops.queue_settings import CHECK_INTERVAL_SECONDS, QueueConfigWatcher, check_files
 from pinlater.ops.queue_slots import QueueSlots
 from pinlater.ops.rate_limiter import QueueRateLimiter
 from pinlater.ops.rates import JobRates
 from pinlater.ops.request_log import RequestLog
+from pinlater.ops.retire import RetireGuard
 from pinlater.ops.runtime_settings import RuntimeSettings, SettingsHome
 from pinlater.ops.shard_jobs import ShardJobCounts
 from pinlater.ops.shard_stats import ShardStats
@@ -78,12 +82,19 @@ class App:
         self.config = config
         backend_cls = backend_class(config.backend.kind)
         self.backend = backend_cls(config.backend.options, config.storage_limits())
+        enqueue_backend = None
+        if config.server.role == "all" and backend_cls.isolates_connections:
+            # enqueues get storage connections of their own (a dequeue storm cannot hold them)
+            enqueue_backend = backend_cls(config.backend.options, config.storage_limits())
         self.store = ShardedBackend(
             self.backend,
             config.backend.shards,
             num_priorities=config.priorities.levels,
             retries=config.sharding.retries,
             unhealthy_after_failures=config.sharding.unhealthy_after_failures,
+            empty_partition_ttl=config.sharding.empty_partition_ttl_seconds,
+            enqueue_backend=enqueue_backend,
+            retired=config.backend.retired_shards,
         )
         self.started = time.monotonic()
         self.started_at = time.time()
@@ -109,6 +120,7 @@ class App:
             unique_window_for=lambda q: self.queue_config.config.unique_window_seconds(q),  # noqa: PLW0108
             schedules=self.schedules.views,
         )
+        self.metrics.registry.register(dequeue_path_metrics(self.store, self.handler.longpoll))
         self.janitor = Janitor(
             self.store,
             config.janitor,
@@ -121,7 +133,7 @@ class App:
 
     def _build_operating(self, config: Config) -> None:
         """Metrics, per-queue rate limits (queue config + ServerSet) and admission caps."""
-        self.metrics = Metrics()
+        self.metrics = Metrics(config.metrics.max_queues)
         self.shard_stats = ShardStats()
         self.store.call_observer = self.metrics.shard_call
         if self.admin_enabled:  # the admin API's shard view: recent latencies and errors
@@ -135,11 +147,14 @@ class App:
         self.queue_config = QueueConfigWatcher(
             config.queue_config,
             config.server_set_file,
-            on_change=self.settings.file_changed,
+            on_change=self._queue_config_changed,
             on_error=lambda kind: self.metrics.reload_errors.labels(kind).inc(),
         )
         self.rates = JobRates(config.dashboard.rate_sample_seconds, config.dashboard.rate_samples)
         self.shard_jobs = ShardJobCounts(self.store, config.metrics.depth_count_cap)
+        self.drain = DrainProgress(self.store, config.metrics.depth_count_cap)
+        self.placement_check = PlacementCheck(self.store)
+        self.shard_map_watcher = self._shard_map_watcher()
         self.admission = Admission(
             config.admission.max_concurrent_requests,
             config.admission.dequeue_cap(config.server.worker_threads),
@@ -152,6 +167,9 @@ class App:
             cap=config.metrics.depth_count_cap,
             queues_per_tick=config.metrics.depth_queues_per_tick,
             interval=config.metrics.depth_interval_seconds,
+        )
+        self.ledger_audit = LedgerAudit(
+            self.store, self.metrics, per_pass=config.metrics.ledger_audits_per_pass
         )
         self.schedules = schedule_ops.ScheduleRunner(
             self.store,
@@ -166,6 +184,17 @@ class App:
             # late-bound: attach_server replaces _server_stats after the gauges exist
             live_gauges(self.store, lambda: self._server_stats(), self.limiter.shares),  # noqa: PLW0108
         )
+        watcher = self.shard_map_watcher
+        self.metrics.registry.register(
+            drain_gauges(
+                lambda: {name: c.jobs for name, c in self.drain.snapshot().items()},
+                lambda: watcher is not None and watcher.pending,
+            )
+        )
+
+    def _queue_config_changed(self, config, servers: int) -> None:
+        self.store.placement.configure(config.partitions())
+        self.settings.file_changed(config, servers)
 
     def _observe_call(self, shard: str, seconds: float, ok: bool) -> None:
         self.metrics.shard_call(shard, seconds, ok)
@@ -212,7 +241,19 @@ class App:
         self._every(
             "shard-maintenance",
             self.config.sharding.probe_interval_seconds,
-            ShardMaintenance(self.store, self._shard_map_watcher()).run_once,
+            ShardMaintenance(self.store, self.shard_map_watcher).run_once,
+        )
+        self._every(
+            "placement-check",
+            self.config.sharding.placement_check_seconds,
+            self.placement_check.run_once,
+            at_start=True,
+        )
+        self._every(
+            "shard-drain",
+            self.config.sharding.drain_count_interval_seconds,
+            self.drain.refresh,
+            at_start=True,
         )
         if self.config.queue_config or self.config.server_set_file:
             self._every("queue-config-watcher", CHECK_INTERVAL_SECONDS, self.queue_config.check)
@@ -252,6 +293,12 @@ class App:
             *self.metrics_server.address,
             ", admin API: /api/v1/, dashboard: /ui/" if self.admin_enabled else "",
         )
+        self._every(
+            "ledger-audit",
+            metrics.ledger_audit_interval_seconds,
+            self.ledger_audit.run_once,
+            at_start=True,
+        )
         self._every("queue-depth", self.depth.sweep.wait_seconds, self.depth.tick, at_start=True)
         if self.admin_enabled:
             dashboard = config.dashboard
@@ -278,6 +325,7 @@ class App:
             depth=self.depth,
             shard_stats=self.shard_stats,
             shard_jobs=self.shard_jobs,
+            drain=self.drain,
             janitor=self.janitor_activity,
             max_queue_name=self.handler.max_queue_name,
             started=self.started,
@@ -318,7 +366,15 @@ class App:
         """The shard map file's watcher, when there is one and the backend can reload."""
         path = self.config.backend.shard_map_file
         if path and self.backend.supports_shard_reload:
-            return ShardMapWatcher(self.store, path, self.config.backend.options)
+            return ShardMapWatcher(
+                self.store,
+                path,
+                self.config.backend.options,
+                RetireGuard(self.store, self.drain),
+                retry_seconds=self.config.sharding.shard_map_retry_seconds,
+                on_rejected=self._shard_map_rejected,
+                on_applied=self.drain.prune,
+            )
         if path:
             log.warning(
                 "backend %s cannot reload its shard map; changes to %s need a restart",
@@ -326,6 +382,11 @@ class App:
                 path,
             )
         return None
+
+    def _shard_map_rejected(self, refused: list[str]) -> None:
+        self.metrics.reload_errors.labels("shard_map").inc()
+        for shard in refused:
+            self.metrics.shard_retire_refused.labels(shard).inc()
 
     def close(self) -> None:
         """Stop background threads, then close storage. Idempotent."""

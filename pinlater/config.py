@@ -25,6 +25,11 @@ from pinlater.common.tls import server_context
 from pinlater.common.wire_size import largest_single_job_reply
 from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
+from pinlater.storage.shard_map import parse_shard_map
+
+#: server.role values: which RPCs a server answers (enqueue refuses dequeueJobs, dequeue
+#: refuses enqueueJobs; pinlater/handler/handler.py)
+ROLES = ("all", "enqueue", "dequeue")
 
 #: the composition root's registry: backend kind -> Backend class (KeyError naming the choices)
 BackendResolver = Callable[[str], type[Backend]]
@@ -94,6 +99,19 @@ class ServerConfig:
     worker_threads: int = field(default=32, metadata=_range(1, 4096))
     #: on SIGTERM/SIGINT, in-flight requests get this long to finish
     shutdown_grace_seconds: float = field(default=10.0, metadata=_range(0, 3600))
+    #: what this server answers: `all`; `enqueue` (enqueues, acks, reads and admin calls;
+    #: dequeueJobs refused) or `dequeue` (everything but enqueueJobs), for separate pools
+    role: str = "all"
+    #: handler slots kept for enqueueJobs alone (on top of worker_threads), so that no
+    #: dequeue storm or slow dequeue path delays an enqueue; 0 = enqueues share worker_threads
+    enqueue_worker_threads: int = field(default=8, metadata=_range(0, 4096))
+    #: the longest a long-poll dequeue (PinLaterDequeueRequest.waitMillis) is held when no
+    #: job is eligible; a longer wait is capped to it. 0 turns long-poll off (answers at once)
+    max_dequeue_wait_ms: int = field(default=20_000, metadata=_range(0, 600_000))
+    #: the longest interval between two checks of a queue with parked dequeues for jobs this
+    #: server did not see arrive (enqueued through another server, delayed jobs): one storage
+    #: call per shard per check, backing off from 100 ms to this
+    long_poll_check_max_ms: int = field(default=1000, metadata=_range(100, 1000))
     tls: TlsConfig = TlsConfig()
 
 
@@ -148,6 +166,16 @@ class ShardingConfig:
     unhealthy_after_failures: int = field(default=3, metadata=_range(1, 1000))
     #: how often unhealthy shards are probed (and the shard map file is checked)
     probe_interval_seconds: float = field(default=2.0, metadata=_range(0.05, 3600))
+    #: a (queue, shard, priority) a dequeue found empty is skipped by later dequeues until a
+    #: change to it is seen (enqueue, failure ack, retry, the long-poll checks) or this long
+    #: passed; 0 = always ask every partition
+    empty_partition_ttl_seconds: float = field(default=2.0, metadata=_range(0, 60))
+    #: a shard map that was not applied (refused or failed) is retried this often
+    shard_map_retry_seconds: float = field(default=10.0, metadata=_range(0.05, 3600))
+    #: how often the shards outside each partitioned queue's placement are checked for jobs
+    placement_check_seconds: float = field(default=10.0, metadata=_range(0.05, 86_400))
+    #: how often the unfinished jobs of dequeue_only (draining) shards are counted
+    drain_count_interval_seconds: float = field(default=10.0, metadata=_range(0.05, 86_400))
 
 
 @dataclass(frozen=True)
@@ -173,6 +201,8 @@ class BackendConfig:
     shard_map_file: str | None = None
     #: refuse to start when any shard reports durability warnings (it could lose accepted jobs)
     require_durable: bool = False
+    #: shards marked `retired_with_jobs: true`: never opened; their descriptors answer an error
+    retired_shards: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -224,9 +254,17 @@ class MetricsConfig:
     depth_interval_seconds: float = field(default=15.0, metadata=_range(0.05, 86_400))
     #: each depth gauge counts at most this many jobs (keeps a refresh cheap on big queues)
     depth_count_cap: int = field(default=100_000, metadata=_range(1, 2**31 - 1))
+    #: how often the ledger audit runs (pinlater_ledger_imbalance_jobs), and how many
+    #: (queue, shard) books one pass reads at most: an audit of a queue's books on SQL
+    #: storage counts its jobs, so the work per pass is bounded and the queues take turns
+    ledger_audit_interval_seconds: float = field(default=30.0, metadata=_range(0.05, 86_400))
+    ledger_audits_per_pass: int = field(default=4, metadata=_range(1, 100_000))
     #: queues one depth tick reads (one call per shard); ticks are spread so that each queue
     #: is read once per depth_interval_seconds
     depth_queues_per_tick: int = field(default=200, metadata=_range(1, 1000))
+    #: queues with series of their own in /metrics (0: every queue); the others are counted
+    #: together under queue="(other)", so /metrics stays bounded however many queues exist
+    max_queues: int = field(default=0, metadata=_range(0, 1_000_000))
     #: threads that serve the HTTP listener (/metrics, /health, /api/v1); a connection that
     #: finds them all busy and `http_max_waiting` connections waiting is closed at once
     http_threads: int = field(default=8, metadata=_range(1, 256))
@@ -301,6 +339,7 @@ ENV_OVERRIDES: dict[str, tuple[str | None, str]] = {
     "PINLATER_PORT": ("server", "port"),
     "PINLATER_MAX_CONNECTIONS": ("server", "max_connections"),
     "PINLATER_WORKER_THREADS": ("server", "worker_threads"),
+    "PINLATER_ROLE": ("server", "role"),
     "PINLATER_BACKEND": ("backend", "kind"),
     "PINLATER_DATA_DIR": ("backend", "data_dir"),
     "PINLATER_SHARD_MAP_FILE": ("backend", "shard_map_file"),
@@ -414,6 +453,8 @@ def _build_config(
         problems.append(
             f"log_format: {config.log_format!r} must be one of {', '.join(LOG_FORMATS)}"
         )
+    if config.server.role not in ROLES:
+        problems.append(f"server.role: {config.server.role!r} must be one of {', '.join(ROLES)}")
     return config
 
 
@@ -498,13 +539,14 @@ def _build_backend(
         options = cls.parse_options(raw, "backend")
         if shard_map_file is not None:
             shards_raw = read_shard_map(str(shard_map_file))
-        specs = cls.parse_shards(shards_raw, options, "backend.shards")
+        shard_map = parse_shard_map(cls, shards_raw, options, "backend.shards")
     except ConfigError as exc:
         problems.extend(exc.problems)
         return BackendConfig(kind=kind)
     return BackendConfig(
         kind=kind,
-        shards=tuple(specs),
+        shards=shard_map.specs,
+        retired_shards=shard_map.retired,
         options=options,
         shard_map_file=None if shard_map_file is None else str(shard_map_file),
         require_durable=require_durable,

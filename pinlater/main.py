@@ -64,6 +64,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="port of the /metrics and /health endpoint (metrics.port, default 9999); 0 disables",
     )
     parser.add_argument("--data-dir", help="SQLite data directory (backend.data_dir)")
+    parser.add_argument(
+        "--role",
+        choices=("all", "enqueue", "dequeue"),
+        help="which calls this server answers (server.role, default all): enqueue refuses "
+        "dequeueJobs, dequeue refuses enqueueJobs",
+    )
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
     parser.add_argument(
         "--log-format", choices=FORMATS, help="text, or json: one JSON object per line (log_format)"
@@ -75,7 +81,7 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Command-line flags in the config file's shape (for load_config's `overrides`)."""
     overrides: dict[str, Any] = {}
     for section, pairs in (
-        ("server", (("host", args.host), ("port", args.port))),
+        ("server", (("host", args.host), ("port", args.port), ("role", args.role))),
         ("metrics", (("host", args.metrics_host), ("port", args.metrics_port))),
     ):
         values = {key: value for key, value in pairs if value is not None}
@@ -125,6 +131,8 @@ def describe(config: Config, app: Any, address: tuple[str, int]) -> str:
     """The one start line: address, backend kind, shards, data dir."""
     shards = ", ".join(app.store.shard_names()) if hasattr(app, "store") else "?"
     parts = [f"backend {config.backend.kind}", f"shards [{shards}]"]
+    if config.server.role != "all":
+        parts.insert(0, f"role {config.server.role}")
     data_dir = config.backend.options.get("data_dir")
     if data_dir is not None:
         parts.append(f"data dir {os.path.abspath(data_dir)}")
@@ -200,6 +208,8 @@ def run(config: Config, sock: socket.socket, metrics_sock: socket.socket | None 
         log.exception("pinlater-server: cannot start")
         return _abandon_start(app, sock, metrics_sock)
     app.attach_server(server)
+    if app.handler.longpoll is not None:
+        server.drain_hooks.append(app.handler.longpoll.release_all)
     install_signal_handlers(server)
     log.info("%s", describe(config, app, server.address))
     try:

@@ -149,15 +149,24 @@ class PinLaterClient:
         *,
         dry_run: bool = False,
         coverage: float | None = None,
+        wait_ms: int = 0,
     ) -> list[DequeuedJob]:
         """Claim up to `limit` jobs (or only look at them with `dry_run`). `acks` are applied
-        by the server before it dequeues."""
+        by the server before it dequeues. `wait_ms` > 0 is a long poll: when no job is
+        eligible the server holds the call until one is or the wait (capped by the server's
+        `max_dequeue_wait_ms`) ends; the call's socket timeout is then `timeout` + the wait."""
+        if wait_ms < 0:
+            raise ValueError("wait_ms must be >= 0")
         request = wire.PinLaterDequeueRequest(queueName=queue, limit=limit, dryRun=dry_run)
         if acks is not None and (acks.succeeded or acks.failed):
             request.jobAckRequest = ack_request(queue, acks.succeeded, acks.failed)
         if coverage is not None:
             request.coverage = coverage
-        return dequeued_jobs(self._call("dequeueJobs", request))
+        timeout = None
+        if wait_ms:
+            request.waitMillis = wait_ms
+            timeout = self.timeout + wait_ms / 1000
+        return dequeued_jobs(self._call("dequeueJobs", request, timeout=timeout))
 
     def ack(
         self,
@@ -326,8 +335,9 @@ class PinLaterClient:
 
     # ---- the one call path ----
 
-    def _call(self, api: str, *args, idempotent: bool = True):
-        """Run one RPC with failover and retries; see the module docstring for the rules."""
+    def _call(self, api: str, *args, idempotent: bool = True, timeout: float | None = None):
+        """Run one RPC with failover and retries; see the module docstring for the rules.
+        `timeout` replaces the client's socket timeout for this call."""
         context = wire.RequestContext(
             source=self.source, requestId=f"{self._request_prefix}{next(self._request_ids):x}"
         )
@@ -339,7 +349,7 @@ class PinLaterClient:
             if attempt and endpoint in tried:
                 time.sleep(self._delay(attempt))
             tried.add(endpoint)
-            done, result, error = self._attempt(endpoint, api, context, args, idempotent)
+            done, result, error = self._attempt(endpoint, api, context, args, idempotent, timeout)
             if done:
                 return result
             maybe_applied = maybe_applied or getattr(error, "maybe_applied", True)
@@ -358,7 +368,7 @@ class PinLaterClient:
         assert error is not None  # retries >= 0: at least one attempt ran and failed
         raise error
 
-    def _attempt(self, endpoint: Endpoint, api: str, context, args, idempotent: bool):
+    def _attempt(self, endpoint: Endpoint, api: str, context, args, idempotent: bool, timeout=None):
         """One try: (True, result, None), or (False, None, error) when another try may help.
         Errors that must not be retried are raised."""
         where = format_endpoint(endpoint)
@@ -377,7 +387,13 @@ class PinLaterClient:
                 ),
             )
         try:
-            result = getattr(conn.client, api)(context, *args)
+            if timeout is not None:
+                conn.set_timeout(timeout)
+            try:
+                result = getattr(conn.client, api)(context, *args)
+            finally:
+                if timeout is not None:
+                    conn.set_timeout(self.timeout)
         except PinLaterException as exc:
             pool.release(conn)
             error = error_for_code(exc.errorCode, exc.message)

@@ -56,6 +56,13 @@ class Connection:
         self.client = TClient(PinLater, _PROTOCOLS.get_protocol(self._transport))
         self.last_used = time.monotonic()
 
+    def set_timeout(self, seconds: float) -> None:
+        """Bound each socket read/write of the next calls by `seconds` (a long-poll dequeue
+        waits longer than an ordinary call)."""
+        self._socket.socket_timeout = seconds
+        if self._socket.sock is not None:
+            self._socket.sock.settimeout(seconds)
+
     def looks_reusable(self, max_idle: float) -> bool:
         """False if idle too long, or if the server sent something (EOF) while we were idle."""
         if time.monotonic() - self.last_used > max_idle:

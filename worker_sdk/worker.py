@@ -32,6 +32,11 @@ What it guarantees, and how:
   we promise not to cause. Resending is safe because claim-fenced acks are idempotent. The one
   exception is QUEUE_NOT_FOUND (the queue was deleted with its jobs): those acks are dropped
   with an error log.
+* **Long-poll**: each dequeue asks the server to hold it up to `long_poll` seconds (default 1)
+  when the queue is empty (`PinLaterDequeueRequest.waitMillis`), so a job that arrives is
+  handed out at once instead of after a poll interval, and an idle worker costs one call per
+  `long_poll`. `long_poll=0` polls with `idle_backoff` instead. A server that answers an
+  empty long-poll early (one without long-poll, say) gets the idle backoff too.
 * **Backoff with jitter** when the queue is empty (`idle_backoff`), the server refuses the
   dequeue (DEQUEUE_RATE_LIMITED; its piggy-backed acks were applied) or cannot be reached
   (`error_backoff`); the client's failover picks another server if it has several. Backoff
@@ -164,9 +169,13 @@ class Worker:
         status_max_chars: int = 1000,
         wait_for_queue: bool = False,
         queue_poll_interval: float = 2.0,
+        long_poll: float = 1.0,
     ):
         if concurrency < 1 or max_batch < 1 or status_max_chars < 20:
             raise ValueError("need concurrency >= 1, max_batch >= 1, status_max_chars >= 20")
+        if long_poll < 0:
+            raise ValueError("long_poll must be >= 0 seconds (0: no long-poll)")
+        self.long_poll = long_poll
         if heartbeat is not None and heartbeat <= 0:
             raise ValueError("heartbeat must be > 0 seconds (or None for none)")
         self.client, self.queue, self.handler = client, queue, handler
@@ -374,8 +383,14 @@ class Worker:
         return self._slots.dequeue_size(held, self.max_batch, longest, self._dequeues_in_flight)
 
     def _dequeue(self, limit: int, acks: tuple[list, list]) -> None:
+        started = time.monotonic()
         try:
-            jobs = self.client.dequeue(self.queue, limit, Acks(tuple(acks[0]), tuple(acks[1])))
+            jobs = self.client.dequeue(
+                self.queue,
+                limit,
+                Acks(tuple(acks[0]), tuple(acks[1])),
+                wait_ms=int(self.long_poll * 1000),
+            )
         except DequeueRateLimited:
             self._acks_delivered(acks)  # the server applies piggy-backed acks anyway
             self._schedule_idle()
@@ -387,8 +402,8 @@ class Worker:
         self._call_succeeded("dequeue")
         if jobs:
             self._submit(jobs)
-        else:
-            self._schedule_idle()
+        elif time.monotonic() - started < self.long_poll / 2:
+            self._schedule_idle()  # answered early: no long-poll there (or it is stopping)
 
     def _send_acks(self, acks: tuple[list, list]) -> None:
         try:

@@ -346,3 +346,35 @@ local function pl_store_jobs(qprefix, now, bases)
   pl_apply_moves(moves)
   return ids
 end
+
+-- Jobs present in every state of the priorities 1..top (ZCARD of each ra<state> index).
+local function pl_present(qprefix, top)
+  local states = {0, 0, 0, 0}
+  for prio = 1, top do
+    for state = 0, 3 do
+      states[state + 1] = states[state + 1] +
+        redis.call('ZCARD', pl_ra_index(qprefix, prio, tostring(state)))
+    end
+  end
+  return states
+end
+
+-- A queue without a ledger hash is one created by a version without the ledger (createQueue
+-- makes the hash): its books open with the jobs present as enqueued (ledger.lua reports
+-- the same until then). Write scripts call this first, before changing any job, so it costs
+-- one EXISTS once the hash exists. (Over maxmemory a delete-only script on such a queue is
+-- refused until any other write opened its books.)
+local function pl_open_books(registry, queue, qprefix)
+  local key = qprefix .. ':ledger'
+  if redis.call('EXISTS', key) == 1 then return end
+  local states = pl_present(qprefix, tonumber(redis.call('HGET', registry, queue) or '0'))
+  redis.call('HSET', key, 'enqueued', states[1] + states[2] + states[3] + states[4])
+end
+
+-- Add `n` to the queue's ledger counter `counter` (pinlater/storage/ledger.py) in the script
+-- that made the change, after its other writes (a delete-only script's first write then is a
+-- delete, which runs over maxmemory); nothing when n is 0. The ledger is the HASH
+-- <qprefix>:ledger, counter -> count, removed with the queue.
+local function pl_book(qprefix, counter, n)
+  if n > 0 then redis.call('HINCRBY', qprefix .. ':ledger', counter, n) end
+end

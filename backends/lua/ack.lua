@@ -20,15 +20,18 @@
 -- changed metas and statuses are written at the end with one HSET per column, and the index
 -- moves with variadic ZREM/ZADD (an ack only ever leaves IN_PROGRESS, so no job is both
 -- removed from and added to the same index).
+-- Ledger (:ledger): 'succeeded', 'failed' (none left) and 'retried' (back to PENDING).
 -- Returns how many acks applied.
 local registry, queue, qprefix = KEYS[1], ARGV[1], ARGV[2]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
+pl_open_books(registry, queue, qprefix)
 local now = pl_now(ARGV[3])
 local now_text = pl_int(now)
 local cap = tonumber(ARGV[4])
 local groups = tonumber(ARGV[5])
 local moves = pl_index_moves(qprefix)
 local applied = 0
+local booked = {succeeded = 0, failed = 0, retried = 0}  -- the ledger's counts
 local per_prio = {}  -- prio -> {meta = {id19 -> text}, cs = {id19 -> text}, changed..., order}
 
 local function column(prio)
@@ -96,6 +99,7 @@ for g = 0, groups - 1 do
         ra_retry[n + 1], ra_retry[n + 2] = 0, pl_member(new_ra, id19)
         set_meta(col, id19, pl_meta('0', aa, pl_int(tonumber(ar) - 1), ca, pl_int(new_ra),
           now_text, ''))
+        booked.retried = booked.retried + 1
       else
         local n = #ra_final
         ra_final[n + 1], ra_final[n + 2] = 0, member
@@ -103,8 +107,10 @@ for g = 0, groups - 1 do
         ua_final[n + 1], ua_final[n + 2] = now, id19
         if kind == 'S' then
           set_meta(col, id19, pl_meta('2', aa, ar, ca, ra, now_text, cl))
+          booked.succeeded = booked.succeeded + 1
         else
           set_meta(col, id19, pl_meta('3', aa, '0', ca, ra, now_text, cl))
+          booked.failed = booked.failed + 1
         end
       end
       applied = applied + 1
@@ -121,4 +127,7 @@ for _, col in pairs(per_prio) do
   if #drop > 0 then pl_chunked('HDEL', col.ckey, drop) end
 end
 pl_apply_moves(moves)
+pl_book(qprefix, 'succeeded', booked.succeeded)
+pl_book(qprefix, 'failed', booked.failed)
+pl_book(qprefix, 'retried', booked.retried)
 return applied

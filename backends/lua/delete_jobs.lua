@@ -10,9 +10,11 @@
 -- ARGV[4] state '0'..'3'
 -- ARGV[5] limit (>= 1)
 -- ARGV[6] number of listed ids n (0 = take the first `limit` of ra<state>), then the id19s
--- Deletes the jobs' column fields and ra/ua index entries. Returns how many were deleted.
+-- Deletes the jobs' column fields and ra/ua index entries, then adds them to the ledger's
+-- 'deleted' (:ledger). Returns how many were deleted.
 local registry, queue, qprefix, prio, state = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
+pl_open_books(registry, queue, qprefix)
 local limit = tonumber(ARGV[5])
 if limit < 1 then return 0 end
 local n = tonumber(ARGV[6])
@@ -26,6 +28,7 @@ if n == 0 then
   redis.call('ZREMRANGEBYRANK', index, 0, #members - 1)
   if state ~= '0' then pl_chunked('ZREM', pl_ua_index(qprefix, prio, state), ids) end
   pl_drop_columns(qprefix, prio, ids)
+  pl_book(qprefix, 'deleted', #members)
   return #members
 end
 local _, mkey = pl_job_keys(qprefix, prio)
@@ -37,4 +40,5 @@ for i = 1, math.min(n, limit) do
     deleted = deleted + 1
   end
 end
+pl_book(qprefix, 'deleted', deleted)
 return deleted

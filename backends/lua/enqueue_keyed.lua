@@ -13,10 +13,12 @@
 -- a key is held while its record's expires_at > now; a job whose key is not held is stored
 -- (pl_store_jobs) and its key recorded with expires_at = now + window, replacing an expired
 -- record. A key repeated in the batch: its first job decides, later ones report that job.
+-- Ledger (:ledger): 'enqueued' += jobs stored, 'deduplicated' += jobs not stored.
 -- Returns 3 values per job in order: priority, local id (decimal strings), '1' if stored
 -- else '0' (then priority and id are the holder's).
 local registry, queue, qprefix = KEYS[1], ARGV[1], ARGV[2]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
+pl_open_books(registry, queue, qprefix)
 local now = pl_now(ARGV[3])
 local expires = now + tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
@@ -66,6 +68,8 @@ for k, i in ipairs(stored_at) do
 end
 pl_chunked('HSET', ukey, records)
 pl_chunked('ZADD', xkey, expiries)
+pl_book(qprefix, 'enqueued', #ids)
+pl_book(qprefix, 'deduplicated', n - #ids)
 
 local out = {}
 for i = 1, n do

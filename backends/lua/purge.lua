@@ -10,9 +10,11 @@
 -- ARGV[6] ttl ms
 -- ARGV[7] limit (>= 1)
 -- Reads ua<state> (updated_at < now - ttl); deletes the jobs' column fields and ra/ua entries
--- with variadic calls. Returns the count.
+-- with variadic calls; the ledger's 'purged' += jobs removed (after the deletes). Returns
+-- the count.
 local registry, queue, qprefix, prio, state = KEYS[1], ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
+pl_open_books(registry, queue, qprefix)
 local limit = tonumber(ARGV[7])
 if limit < 1 then return 0 end
 local now = pl_now(ARGV[3])
@@ -30,4 +32,5 @@ if #ids > 0 then
   pl_drop_columns(qprefix, prio, ids)
 end
 if #members > 0 then pl_chunked('ZREM', pl_ra_index(qprefix, prio, state), members) end
+pl_book(qprefix, 'purged', #members)
 return #ids

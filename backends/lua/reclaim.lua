@@ -10,9 +10,10 @@
 -- ARGV[5] claim timeout ms
 -- ARGV[6] limit (>= 1)
 -- Reads ua1 (updated_at < now - timeout); writes ra1/ua1 -> ra0 or ra3/ua3 and the metas.
--- Returns {retried, failed}.
+-- Ledger (:ledger): 'reclaimed' += jobs moved. Returns {retried, failed}.
 local registry, queue, qprefix, prio = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
+pl_open_books(registry, queue, qprefix)
 local limit = tonumber(ARGV[6])
 if limit < 1 then return {0, 0} end
 local now = pl_now(ARGV[3])
@@ -40,4 +41,5 @@ for _, id19 in ipairs(ids) do
     end
   end
 end
+pl_book(qprefix, 'reclaimed', retried + failed)
 return {retried, failed}

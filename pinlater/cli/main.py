@@ -20,6 +20,7 @@ import ssl
 import sys
 from collections.abc import Callable
 from typing import TextIO
+from urllib.parse import quote
 
 from pinlater.cli import format as fmt
 from pinlater.cli import load as cli_load
@@ -175,7 +176,12 @@ def cmd_dequeue(args, out, err):
             raise UsageError("--dequeue_success_percent must be 0..100")
         return _load(args, out, err, "dequeue")
     with make_client(args) as client:
-        jobs = client.dequeue(args.queue, args.limit, dry_run=args.dry_run)
+        jobs = client.dequeue(
+            args.queue,
+            args.limit,
+            dry_run=args.dry_run,
+            wait_ms=0 if args.dry_run else args.wait_ms,
+        )
         if args.ack and jobs and not args.dry_run:
             acks = [
                 AckInfo(j.descriptor, claim=j.claim, retry_delay_ms=args.retry_delay_ms)
@@ -357,6 +363,73 @@ def _pause_or_resume(args, out, action: str) -> int:
     return EXIT_OK
 
 
+def cmd_audit(args, out, err):
+    """Through the admin API, which reads each book in one snapshot on its shard. Exit code 1
+    when any book does not balance."""
+    admin = AdminClient.from_args(args, _password(args), _http_context(args))
+    path = "/api/v1/ledger"
+    if args.queue is not None:
+        path += "?queue=" + quote(args.queue, safe="")
+    result = admin.get(path)
+    rows = [
+        (
+            q["queue"],
+            shard,
+            *(book["counters"][name] for name in AUDIT_COLUMNS),
+            book["present"],
+            "yes" if book["balanced"] else f"NO ({book['imbalance']:+d})",
+        )
+        for q in result["queues"]
+        for shard, book in q["shards"].items()
+    ]
+    headers = ("queue", "shard", *(AUDIT_HEADERS.get(n, n) for n in AUDIT_COLUMNS))
+    headers += ("present", "balanced")
+    _emit(args, out, result, fmt.table(headers, rows) if rows else "(no queues)")
+    return EXIT_OK if all(q["balanced"] for q in result["queues"]) else EXIT_SERVER
+
+
+#: column titles shorter than their counter's name
+AUDIT_HEADERS = {"deduplicated": "dedup"}
+#: the counters `pinlater audit` shows as columns (--json has every one)
+AUDIT_COLUMNS = (
+    "enqueued",
+    "deduplicated",
+    "dequeued",
+    "succeeded",
+    "failed",
+    "retried",
+    "reclaimed",
+    "deleted",
+    "purged",
+)
+
+
+def cmd_shards(args, out, err):
+    """The admin API's shard view: a draining (dequeue_only) shard shows its unfinished jobs
+    per queue as last counted; 0 left means it can leave the shard map."""
+    admin = AdminClient.from_args(args, _password(args), _http_context(args))
+    data = admin.get("/api/v1/shards")
+    rows = []
+    for shard in data["shards"]:
+        drain = shard.get("draining")
+        left = "-"
+        if drain is not None:
+            per_queue = ", ".join(f"{q}: {n}" for q, n in sorted(drain["jobs"].items()))
+            left = f"{drain['total']}" + (f" ({per_queue})" if per_queue else " (drained)")
+        rows.append(
+            (
+                shard["name"],
+                "yes" if shard["healthy"] else "NO",
+                "dequeue only" if shard["dequeue_only"] else "serving",
+                left,
+                fmt.show_time(drain["counted_at_ms"]) if drain else "-",
+            )
+        )
+    headers = ("shard", "healthy", "mode", "unfinished jobs left", "counted (UTC)")
+    _emit(args, out, data, fmt.table(headers, rows))
+    return EXIT_OK
+
+
 def _http_context(args):
     try:
         return http_context(args)
@@ -465,7 +538,9 @@ HANDLERS: dict[str, Callable] = {
     "checkpoint": cmd_checkpoint,
     "stats": cmd_stats,
     "pause": cmd_pause,
+    "audit": cmd_audit,
     "resume": cmd_resume,
+    "shards": cmd_shards,
     "schedules": cmd_schedules,
     "hash-password": cmd_hash_password,
 }

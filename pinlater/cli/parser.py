@@ -59,6 +59,7 @@ EXAMPLES = {
         pinlater dequeue --queue emails --limit 5                 # claimed until acked or timed out
         pinlater dequeue --queue emails --limit 5 --ack success
         pinlater dequeue --queue emails --dry-run                 # look, claim nothing
+        pinlater dequeue --queue emails --wait-ms 20000           # wait up to 20 s for a job
         # load for 10 s: dequeue 100 per request, ack 90% as success
         pinlater dequeue --queue emails --num_queries -1 --duration 10 --batch_size 100 \\
             --dequeue_success_percent 90""",
@@ -95,6 +96,13 @@ EXAMPLES = {
         pinlater pause --queue emails --metrics-port 9998 --password secret""",
     "resume": """
         PINLATER_ADMIN_PASSWORD=secret pinlater resume --queue emails""",
+    "audit": """
+        PINLATER_ADMIN_PASSWORD=secret pinlater audit   # every queue; exit code 1 if a book
+                                                        # does not balance
+        pinlater audit -q emails --password secret --json""",
+    "shards": """
+        PINLATER_ADMIN_PASSWORD=secret pinlater shards  # health, mode, drain progress
+        pinlater shards --metrics-port 9998 --password secret --json""",
     "schedules": """
         pinlater schedules                              # every queue, next 5 runs each
         pinlater schedules -q reports --count 10 --json""",
@@ -241,6 +249,14 @@ def build_parser(handlers: dict[str, Callable]) -> argparse.ArgumentParser:
         )
         _queue(p)
         _admin_api_options(p)
+    p = command(
+        "audit", "the ledger of each queue per shard: counters, jobs present, balance (admin API)"
+    )
+    p.add_argument("--queue", "-q", help="only this queue")
+    _admin_api_options(p)
+    _admin_api_options(
+        command("shards", "shards: health, dequeue_only, unfinished jobs left (admin API)")
+    )
     p = command("schedules", "periodic jobs the server runs and their next run times")
     p.add_argument("--queue", "-q", help="only this queue's schedules")
     p.add_argument("--count", type=positive, default=5, help="next run times per schedule (5)")
@@ -352,6 +368,14 @@ def _dequeue_options(p) -> None:
     )
     p.add_argument("--retry-delay-ms", type=int, default=0, help="retry delay of failure acks")
     p.add_argument("--dry-run", "--dry_run", action="store_true", help="look, do not claim")
+    p.add_argument(
+        "--wait-ms",
+        "--wait_ms",
+        type=non_negative,
+        default=1000,
+        help="long-poll: when no job is ready the server may hold the call this long for one "
+        "(ms, 1000; 0: answer at once; the server caps it at server.max_dequeue_wait_ms)",
+    )
     _load_options(p)
     p.add_argument(
         "--dequeue_success_percent",
@@ -426,6 +450,13 @@ def _load_options(p) -> None:
 
 
 # ---- value types ----
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
 
 
 def positive(text: str) -> int:

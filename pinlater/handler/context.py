@@ -18,3 +18,13 @@ def set_peer(peer: str | None) -> None:
 
 def current_peer() -> str | None:
     return getattr(_local, "peer", None)
+
+
+def allow_deferred(allowed: bool) -> None:
+    """The dispatcher of the current thread can send a reply later (`Deferred`): a long-poll
+    dequeue then parks without holding the thread. Otherwise it waits in the thread."""
+    _local.deferred = allowed
+
+
+def deferred_allowed() -> bool:
+    return getattr(_local, "deferred", False)

@@ -11,11 +11,19 @@ import time
 from collections.abc import Callable
 
 from pinlater.config import Config
-from pinlater.errors import EnqueueRejected, InvalidRequest, PasswordInvalid, PinLaterError
+from pinlater.errors import (
+    DequeueRateLimited,
+    EnqueueRejected,
+    InvalidRequest,
+    PasswordInvalid,
+    PinLaterError,
+)
 from pinlater.handler import validation as check
 from pinlater.handler.body_filter import compile_body_filter
-from pinlater.handler.boundary import rpc
+from pinlater.handler.boundary import rpc, wire_error
 from pinlater.handler.context import current_peer
+from pinlater.handler.context import deferred_allowed as context_allows_deferred
+from pinlater.handler.longpoll import ParkedDequeues, Waiter
 from pinlater.handler.observer import RequestObserver
 from pinlater.handler.password_guard import PasswordGuard
 from pinlater.handler.reply_room import ReplyRoom
@@ -25,6 +33,7 @@ from pinlater.storage.descriptors import JobDescriptor, split_local_id, split_pr
 from pinlater.storage.models import Ack, Checkpoint, ClaimMatch, JobRecord, NewJob, new_ack
 from pinlater.storage.sharded import CONTINUATION_START, ShardedBackend
 from pinlater.storage.unique_keys import DEFAULT_UNIQUE_WINDOW_SECONDS
+from pinlater.storage.watch import DueWatcher
 
 log = logging.getLogger(__name__)
 #: the most next run times getSchedules lists per schedule
@@ -60,8 +69,20 @@ class PinLaterHandler:
         self.passwords = _password_guard(config, self.observer)
         self.room = ReplyRoom(config.server.max_frame_bytes, self.levels)
         self.max_unique_key = self.limits.max_unique_key_length
+        self.max_wait_ms = config.server.max_dequeue_wait_ms
+        #: server.role: "enqueue" refuses dequeueJobs, "dequeue" refuses enqueueJobs
+        self.role = config.server.role
+        #: parked long-poll dequeues (None when max_dequeue_wait_ms is 0: no request waits)
+        self.longpoll: ParkedDequeues | None = None
+        signals = getattr(store, "signals", None)  # a test's stand-in store may have none
+        if self.max_wait_ms and signals is not None and self.role != "enqueue":
+            watcher = DueWatcher(store, max_interval=config.server.long_poll_check_max_ms / 1000)
+            self.longpoll = ParkedDequeues(signals, watcher)
 
     def close(self) -> None:
+        """Answer parked dequeues (empty) and stop their threads; close the password guard."""
+        if self.longpoll is not None:
+            self.longpoll.close()
         if self.passwords is not None:
             self.passwords.close()
 
@@ -97,6 +118,11 @@ class PinLaterHandler:
         self._source(context)
         check.request_present(request)
         queue = self._queue(request.queueName)
+        if self.role == "dequeue":
+            raise EnqueueRejected(
+                "this server runs with server.role dequeue and answers no enqueueJobs: "
+                "send enqueues to the enqueue (or all) servers"
+            )
         jobs = self._list(request.jobs, "jobs", EnqueueRejected)
         if not jobs:
             raise EnqueueRejected("jobs: must hold at least one job")
@@ -125,15 +151,51 @@ class PinLaterHandler:
 
     @rpc
     def dequeueJobs(self, context, request):
+        """A dequeue; with `waitMillis`, one that finds nothing is parked (`ParkedDequeues`)
+        and its reply is a `Deferred` when the dispatcher can send it later, else waited for
+        here."""
         source = self._source(context)
         check.request_present(request)
         queue = self._queue(request.queueName)
+        if self.role == "enqueue":
+            self._refuse_dequeue(request, source)
         limit = check.limit(request.limit, self.limits.max_dequeue_limit)
         dry_run = check.flag(request.dryRun, "dryRun")
         coverage = self._coverage(request.coverage)
+        wait_ms = check.wait_millis(request.waitMillis, self.max_wait_ms)
         acks = None
         if request.jobAckRequest is not None:
             acks = self._ack_request(request.jobAckRequest, source, "jobAckRequest")
+        parking = self.longpoll if wait_ms and not dry_run else None
+        generation = 0 if parking is None else parking.signals.generation(queue)
+        response, handed_out = self._dequeue_once(queue, limit, source, dry_run, coverage, acks)
+        if parking is None or handed_out:
+            return response
+        waiter = Waiter(
+            queue,
+            limit,
+            lambda: self._dequeue_again(queue, limit, source, coverage),
+            parking.clock() + wait_ms / 1000,
+            wire.PinLaterDequeueResponse,
+        )
+        deferred = parking.park(waiter, generation)
+        return deferred if context_allows_deferred() else deferred.wait()
+
+    def _refuse_dequeue(self, request, source: str) -> None:
+        """An enqueue-role server answers no dequeue: DEQUEUE_RATE_LIMITED naming the role,
+        after applying the piggy-backed acks, as any refused dequeue does
+        (`E-dequeue-rate-limited`)."""
+        if request.jobAckRequest is not None:
+            self._apply_acks(self._ack_request(request.jobAckRequest, source, "jobAckRequest"))
+        raise DequeueRateLimited(
+            "this server runs with server.role enqueue and answers no dequeueJobs: "
+            "send dequeues to the dequeue (or all) servers"
+        )
+
+    def _dequeue_once(
+        self, queue: str, limit: int, source: str, dry_run: bool, coverage: float, acks
+    ) -> tuple[object, int]:
+        """One dequeue (acks first): the response and how many jobs it handed out."""
         try:
             allowed = self.observer.before_dequeue(queue, limit)
         except BaseException:
@@ -167,7 +229,22 @@ class PinLaterHandler:
         response = wire.PinLaterDequeueResponse()
         if jobs:
             _fill_dequeue_response(response, jobs)
-        return response
+        return response, handed_out
+
+    def _dequeue_again(
+        self, queue: str, limit: int, source: str, coverage: float
+    ) -> tuple[object, int]:
+        """A parked dequeue's next look, outside the RPC's own error boundary: errors become
+        the wire exception its client gets."""
+        try:
+            return self._dequeue_once(queue, limit, source, False, coverage, None)
+        except PinLaterError as exc:
+            raise wire_error(exc) from None
+        except Exception:
+            log.exception("unexpected error in a parked dequeue of %s", queue)
+            raise wire_error(
+                PinLaterError("internal error in dequeueJobs (parked); see the server log")
+            ) from None
 
     @rpc
     def ackDequeuedJobs(self, context, request):

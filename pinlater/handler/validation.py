@@ -185,3 +185,13 @@ def _is_int(value: object) -> TypeGuard[int]:
 def _shown(value: object) -> str:
     text_value = repr(value)
     return text_value if len(text_value) <= 60 else text_value[:57] + "..."
+
+
+def wait_millis(value: object, cap: int, field: str = "waitMillis") -> int:
+    """A long-poll wait: unset or 0 is none, a positive value is capped at `cap`; a negative
+    one is refused."""
+    if value is None:
+        return 0
+    if not _is_int(value) or value < 0:
+        raise InvalidRequest(f"{field}: must be 0 or a positive integer (ms), got {_shown(value)}")
+    return min(value, cap)

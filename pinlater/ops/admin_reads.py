@@ -21,6 +21,7 @@ from pinlater.errors import InvalidRequest, PinLaterError, QueueNotFound, ShardC
 from pinlater.handler import validation as check
 from pinlater.handler.body_filter import compile_body_filter
 from pinlater.ops.depth import DepthCollector
+from pinlater.ops.drain import DrainProgress
 from pinlater.ops.janitor_activity import JanitorActivity
 from pinlater.ops.job_view import STATE_NAMES, job_json, state_by_name
 from pinlater.ops.metrics import DEPTH_STATES
@@ -59,6 +60,8 @@ class AdminContext:
     #: time.monotonic() and time.time() at start
     started: float
     started_at: float
+    #: the dequeue_only shards' unfinished jobs (None: not counted)
+    drain: DrainProgress | None = None
 
     @property
     def levels(self) -> int:
@@ -119,6 +122,7 @@ class AdminReads:
                     for s in ctx.store.shard_specs()
                 ],
                 "shard_map_file": config.backend.shard_map_file,
+                "retired_with_jobs": sorted(ctx.store.retired_shards()),
                 "require_durable": config.backend.require_durable,
             },
             "priorities": ctx.levels,
@@ -160,7 +164,26 @@ class AdminReads:
         out = self._queue_summary(queue, _counts_from(counts, queue, ctx.levels), True)
         out["counts_live"] = live
         out["oldest_pending"] = self._oldest_pending(queue)
+        out["placement"] = _placement_json(ctx.store, queue)
         return out
+
+    def ledger(self, name: object | None = None) -> dict[str, Any]:
+        """The books of one queue (or of every queue) per shard, each read now in one snapshot
+        on its shard (docs/semantics.md `A-books-balance`)."""
+        ctx = self.ctx
+        queues = sorted(ctx.queue_names()) if name is None else [ctx.existing_queue(name)]
+        out = []
+        for queue in queues:
+            books = ctx.store.ledger(queue)
+            out.append(
+                {
+                    "queue": queue,
+                    "balanced": all(b.balanced for b in books.values()),
+                    "imbalance": sum(b.imbalance for b in books.values()),
+                    "shards": {shard: books[shard].as_dict() for shard in sorted(books)},
+                }
+            )
+        return {"queues": out}
 
     def _queue_summary(self, queue: str, counts, with_series: bool) -> dict[str, Any]:
         settings = self.ctx.settings.effective(queue)
@@ -277,6 +300,7 @@ class AdminReads:
         shards = []
         for spec in store.shard_specs():
             held = ctx.shard_jobs.get(spec.name)
+            drained = None if ctx.drain is None else ctx.drain.get(spec.name)
             shards.append(
                 {
                     "name": spec.name,
@@ -287,6 +311,7 @@ class AdminReads:
                     **ctx.shard_stats.report(spec.name),
                     "jobs": None if held is None else held["jobs"],
                     "jobs_counted_at_ms": None if held is None else held["counted_at_ms"],
+                    "draining": None if drained is None else drained.as_json(),
                 }
             )
         return {"shards": shards, "jobs_count_cap": ctx.config.metrics.depth_count_cap}
@@ -302,6 +327,20 @@ class AdminReads:
             "batch_size": config.batch_size,
             **self.ctx.janitor.report(),
         }
+
+
+def _placement_json(store: ShardedBackend, queue: str) -> dict[str, Any] | None:
+    """Where a queue with `partitions` lives: its shards, and the others still read because
+    they may hold its jobs (None: the queue lives on every shard)."""
+    placement = store.placement.snapshot().get(queue)
+    if placement is None:
+        return None
+    return {
+        "partitions": placement.partitions,
+        "shards": list(placement.placed),
+        "draining": sorted(placement.held),
+        "draining_open": sorted(placement.active),
+    }
 
 
 def _dry_run_dequeue(queue: str, priority: int):

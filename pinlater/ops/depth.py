@@ -19,7 +19,7 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 
 from pinlater.errors import PinLaterError, QueueNotFound, ShardConnectionFailed
-from pinlater.ops.metrics import GaugeCollector, Metrics
+from pinlater.ops.metrics import NO_QUEUE, GaugeCollector, Metrics
 from pinlater.ops.sweep import Sweep
 from pinlater.storage.models import JobState, QueueStats
 
@@ -79,15 +79,6 @@ class DepthCollector:
         self._refresh(self.sweep.next_slice(self._queues))
         if self.sweep.starting:  # that slice ended the sweep
             self._refreshed_at = time.time()
-
-    def refresh(self) -> None:
-        """A whole sweep at once, slice by slice (tests, and the admin API's first look)."""
-        if not self._list_queues():
-            return
-        per_tick = self.sweep.per_tick
-        for start in range(0, len(self._queues), per_tick):
-            self._refresh(self._queues[start : start + per_tick])
-        self._refreshed_at = time.time()
 
     def _list_queues(self) -> bool:
         with self.metrics.queues.listing() as replace:  # keeps what this server did meanwhile
@@ -164,7 +155,13 @@ class DepthCollector:
             f"jobs by queue, state and priority (capped at {self.cap})",
             labels=["queue", "state", "priority"],
         )
-        for (queue, state, priority), value in sorted(self._snapshot.items()):
+        labelled: Counts = {}  # queues past metrics.max_queues add up under one label
+        label = self.metrics.queues.label
+        for (queue, state, priority), value in self._snapshot.items():
+            name = label(queue)
+            if name != NO_QUEUE:  # a queue forgotten meanwhile
+                labelled[(name, state, priority)] = labelled.get((name, state, priority), 0) + value
+        for (queue, state, priority), value in sorted(labelled.items()):
             depth.add_metric([queue, state, str(priority)], value)
         stamp = GaugeMetricFamily(
             "pinlater_queue_jobs_refreshed_timestamp_seconds",

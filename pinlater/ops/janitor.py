@@ -9,7 +9,9 @@ idle queue costs no write at all:
 - reclaim: IN_PROGRESS jobs whose updated_at is older than the claim timeout go back to PENDING
   with one attempt used, or to FAILED when none is left (a dead worker's job comes back);
 - purge: SUCCEEDED / FAILED jobs whose updated_at is older than their TTL are deleted;
-then, per (shard, queue), the unique-key records whose window has ended (`Shard.purge_keys`).
+then, per (shard, queue), the unique-key records whose window has ended (`Shard.purge_keys`),
+and the ledger's journal rows folded into one (`Shard.fold_ledger`: MySQL, where it costs one
+small read per visit of an idle queue, and a write only where rows were added).
 `run_once()` does one pass over every queue and returns counts, so tests drive it directly
 instead of sleeping. The server runs `run_tick()` in a `pinlater.ops.periodic.Periodic`: each
 tick cleans the next `janitor.queues_per_tick` queues (a `pinlater.ops.sweep.Sweep`), ticks
@@ -171,6 +173,7 @@ class Janitor:
                         self._purge(name, queue, priority, state, ttl_ms, counts)
             if stats.first_key_expiry is not None and stats.first_key_expiry <= stats.now_ms:
                 self._purge_keys(name, queue, counts)
+            self._fold_ledger(name, queue)
         except QueueNotFound:
             return  # deleted while we were cleaning it
         except QueueContended as exc:  # busy with its own DDL: the shard's other queues go on
@@ -187,6 +190,8 @@ class Janitor:
             )
             counts.reclaimed_to_pending += step.retried
             counts.reclaimed_to_failed += step.failed
+            if step.retried:  # PENDING again: no longer known empty, parked dequeues look
+                self.store.jobs_may_be_due(queue, [name], [priority], step.retried)
             if step.retried + step.failed < batch:
                 return
 
@@ -197,6 +202,16 @@ class Janitor:
             purged = self.store.call(name, lambda s: s.purge_keys(queue, batch))
             counts.purged_keys += purged
             if purged < batch:
+                return
+
+    def _fold_ledger(self, name: str, queue: str) -> None:
+        """The ledger's journal rows folded into one, batch by batch (the books unchanged);
+        nothing to call where the ledger is no journal."""
+        if not self.store.shard(name).ledger_journal:
+            return
+        batch = max(self.config.batch_size, 2)
+        for _ in range(self._max_batches):
+            if self.store.call(name, lambda s: s.fold_ledger(queue, batch)) < batch - 1:
                 return
 
     def _purge(

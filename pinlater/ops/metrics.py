@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 #: label value for requests whose queue is absent or not a known queue
 NO_QUEUE = ""
+#: label value of the known queues past `metrics.max_queues` (not a valid queue name)
+OTHER_QUEUES = "(other)"
 #: depth gauge states: `pending` is runnable now, `pending_future` waits for its run_after
 DEPTH_STATES = ("pending", "pending_future", "in_progress", "succeeded", "failed")
 _REQUEST_BUCKETS = (
@@ -54,35 +56,40 @@ _REQUEST_BUCKETS = (
 class QueueLabels:
     """The set of queue names allowed as label values. Thread-safe.
 
-    A listing of the store replaces the set, but it is a picture of when it was read: a queue
-    this server created or deleted while the listing ran keeps that change (`listing()`).
-    Before, a queue created as the depth collector listed was forgotten again (its requests
-    counted under `queue=""` until the next sweep), and one deleted meanwhile came back."""
+    With `max_queues` (0: no cap), at most that many queues get a label of their own (the
+    first known, in name order, and kept while they exist); the requests and depth of the
+    others are counted under OTHER_QUEUES, so /metrics stays bounded however many queues
+    exist."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_queues: int = 0) -> None:
+        self.max_queues = max_queues
         self._known: frozenset[str] = frozenset()
+        self._own: frozenset[str] = frozenset()  # the known queues with a label of their own
         self._lock = threading.Lock()
         #: name -> True (added) / False (removed) since the oldest running listing began
         self._changed: dict[str, bool] = {}
         self._listings = 0
 
     def label(self, name: object) -> str:
-        """`name` if it is a known queue, else NO_QUEUE (a plain set lookup, no validation
-        needed: only names put in by `add`/`replace` can come out)."""
-        return name if isinstance(name, str) and name in self._known else NO_QUEUE
+        """`name` if it is a known queue with a label of its own, OTHER_QUEUES for another
+        known queue, else NO_QUEUE (plain set lookups, no validation needed: only names put
+        in by `add`/`replace` can come out)."""
+        if not isinstance(name, str) or name not in self._known:
+            return NO_QUEUE
+        return name if name in self._own else OTHER_QUEUES
 
     def known(self, name: str) -> bool:
         return name in self._known
 
     def add(self, name: str) -> None:
         with self._lock:
-            self._known = self._known | {name}
+            self._set(self._known | {name})
             if self._listings:
                 self._changed[name] = True
 
     def remove(self, name: str) -> None:
         with self._lock:
-            self._known = self._known - {name}
+            self._set(self._known - {name})
             if self._listings:
                 self._changed[name] = False
 
@@ -90,7 +97,10 @@ class QueueLabels:
     def listing(self) -> Iterator[Callable[[Iterable[str]], frozenset[str]]]:
         """`with labels.listing() as replace: replace(store.queue_names())`: `replace(names)`
         makes `names`, plus the adds and removes made since the block began, the known
-        queues, and returns the ones that were known and are not now."""
+        queues, and returns the ones that were known and are not now. (A listing is a picture
+        of when it was read: before, a queue created as the depth collector listed was
+        forgotten again, its requests counted under `queue=""` until the next sweep, and one
+        deleted meanwhile came back.)"""
         with self._lock:
             self._listings += 1
 
@@ -99,8 +109,9 @@ class QueueLabels:
                 target = set(names)
                 for name, added in self._changed.items():
                     (target.add if added else target.discard)(name)
-                gone = self._known.difference(target)
-                self._known = frozenset(target)
+                known = frozenset(target)
+                gone = self._known - known
+                self._set(known)
             return gone
 
         try:
@@ -116,13 +127,22 @@ class QueueLabels:
         with self.listing() as replace:
             return replace(names)
 
+    def _set(self, known: frozenset[str]) -> None:
+        own = self._own & known
+        if not self.max_queues:
+            own = known
+        elif len(own) < self.max_queues:
+            room = self.max_queues - len(own)
+            own |= frozenset(sorted(known - own)[:room])
+        self._own, self._known = own, known
+
 
 class Metrics:
     """The registry and every metric object; callers use the small record methods."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_queues: int = 0) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.queues = QueueLabels()
+        self.queues = QueueLabels(max_queues)
         r = self.registry
         self.requests = Counter(
             "pinlater_requests",
@@ -207,8 +227,16 @@ class Metrics:
         )
         self.reload_errors = Counter(
             "pinlater_config_reload_errors",
-            "bad queue-config / ServerSet files (old one kept)",
+            "queue-config / ServerSet / shard map files not applied (old one kept); a shard map "
+            "is counted at every retry",
             ["file"],
+            registry=r,
+        )
+        self.shard_retire_refused = Counter(
+            "pinlater_shard_retire_refused",
+            "shard map reloads refused because they dropped this shard while it could hold "
+            "unfinished jobs (counted at every retry)",
+            ["shard"],
             registry=r,
         )
         self.frames_rejected = Counter(
@@ -266,7 +294,7 @@ class Metrics:
     def forget_queue(self, name: str) -> None:
         """Remove every series of queue `name` (deleted): from then on requests naming it are
         counted under `queue=""` until it is created again. Idempotent."""
-        if name == NO_QUEUE:
+        if name in (NO_QUEUE, OTHER_QUEUES):
             return
         self.queues.remove(name)
         for metric in self.per_queue:
@@ -302,7 +330,7 @@ class Metrics:
         before the forget, the child made after it) is removed again, so no series of a
         deleted queue outlives the race; the caller's one increment is lost with it."""
         position = self.per_queue.get(metric)
-        if position is None or values[position] == NO_QUEUE:
+        if position is None or values[position] in (NO_QUEUE, OTHER_QUEUES):
             return
         if not self.queues.known(values[position]):
             metric.remove(*values)
@@ -422,5 +450,81 @@ def live_gauges(
             limits.add_metric([queue], rate)
         families.append(limits)
         return families
+
+    return GaugeCollector(read)
+
+
+def dequeue_path_metrics(store, longpoll) -> GaugeCollector:
+    """The dequeue path's storage economy, read at scrape time: storage dequeue calls (those
+    that found nothing), partitions skipped as known empty, and long-poll (`longpoll`, the
+    handler's ParkedDequeues, None when off): requests parked now and the due watcher's
+    storage checks."""
+
+    def read() -> list:
+        empty = store.empty
+        calls = CounterMetricFamily(
+            "pinlater_storage_dequeues",
+            "storage dequeue calls (one shard, one priority) by whether they found jobs",
+            labels=["result"],
+        )
+        calls.add_metric(["jobs"], empty.calls - empty.empty_calls)
+        calls.add_metric(["empty"], empty.empty_calls)
+        skipped = CounterMetricFamily(
+            "pinlater_empty_partitions_skipped",
+            "storage dequeue calls not made: the partition was known empty",
+            value=empty.skipped,
+        )
+        families: list = [calls, skipped]
+        if longpoll is not None:
+            families.append(
+                GaugeMetricFamily(
+                    "pinlater_long_poll_parked",
+                    "dequeues parked waiting for a job",
+                    value=longpoll.parked(),
+                )
+            )
+            watcher = longpoll.watcher
+            families.append(
+                CounterMetricFamily(
+                    "pinlater_long_poll_checks",
+                    "storage calls checking queues with parked dequeues (one per shard)",
+                    value=0 if watcher is None else watcher.polls,
+                )
+            )
+        return families
+
+    return GaugeCollector(read)
+
+
+def drain_gauges(
+    draining: Callable[[], dict[str, dict[str, int]]], map_pending: Callable[[], bool]
+) -> GaugeCollector:
+    """Drain progress read at scrape time from the last background count: `draining()` gives
+    {shard: {queue: unfinished jobs}} of the dequeue_only shards counted; `map_pending()` is
+    True while the shard map file holds a map that is not in force."""
+
+    def read() -> list[GaugeMetricFamily]:
+        jobs = GaugeMetricFamily(
+            "pinlater_shard_draining_jobs",
+            "unfinished jobs (pending, in progress, failed) left on a dequeue_only shard, per "
+            "queue, as last counted (sharding.drain_count_interval_seconds)",
+            labels=["shard", "queue"],
+        )
+        remaining = GaugeMetricFamily(
+            "pinlater_shard_drain_remaining",
+            "unfinished jobs left on a dequeue_only shard, all queues (0: drained, safe to "
+            "remove from the shard map)",
+            labels=["shard"],
+        )
+        for shard, queues in sorted(draining().items()):
+            remaining.add_metric([shard], float(sum(queues.values())))
+            for queue, count in sorted(queues.items()):
+                jobs.add_metric([shard, queue], float(count))
+        pending = GaugeMetricFamily(
+            "pinlater_shard_map_pending",
+            "1 while the shard map file holds a map that was not applied (it is retried)",
+            value=1.0 if map_pending() else 0.0,
+        )
+        return [jobs, remaining, pending]
 
     return GaugeCollector(read)

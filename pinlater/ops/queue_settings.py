@@ -7,6 +7,7 @@ Queue config, YAML (the native form; unknown keys are errors):
       emails: {max_jobs_per_second: 10.5, claim_timeout_seconds: 300}
       reports: {max_jobs_per_second: 0}      # 0 pauses the queue's dequeues
       orders: {unique_window_seconds: 3600}  # unique enqueue keys hold 1 h (default 24 h)
+      thumbs: {partitions: 2}                 # lives on 2 shards (default: every shard)
       reports:                                # periodic jobs: see pinlater/ops/schedules.py
         schedules: [{name: nightly, cron: "0 3 * * *", timezone: Europe/Berlin, body: run}]
 
@@ -63,6 +64,8 @@ class QueueSettings:
     unique_window_seconds: float | None = field(default=None, metadata={"range": (1, 366 * 86_400)})
     #: periodic jobs of this queue (pinlater.ops.schedules; YAML form only)
     schedules: tuple[Schedule, ...] = ()
+    #: shards the queue lives on (pinlater.storage.placement); None = every shard
+    partitions: int | None = field(default=None, metadata={"range": (1, 10_000)})
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,10 @@ class QueueConfig:
             for name, settings in sorted(self.queues.items())
             if settings.schedules
         ]
+
+    def partitions(self) -> dict[str, int]:
+        """queue -> its `partitions` setting, for the queues that have one."""
+        return {name: s.partitions for name, s in self.queues.items() if s.partitions is not None}
 
     def rates(self) -> dict[str, float]:
         return {

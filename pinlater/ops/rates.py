@@ -114,12 +114,16 @@ class JobRates:
             ring = self._rings.get(queue)
             n = min(self._taken, self.samples)
             return {
-                event: [
-                    round(v / self.sample_seconds, 3)
-                    for v in (self._last(ring.counts[index], n).values() if ring else [0] * n)
-                ]
+                event: self._per_second(self._last(ring.counts[index], n).values())
+                if ring
+                else [0.0] * n
                 for index, event in enumerate(EVENTS)
             }
+
+    def _per_second(self, counts: list[int]) -> list[float]:
+        if not any(counts):  # an idle queue (most of them, with many queues): no division
+            return [0.0] * len(counts)
+        return [round(v / self.sample_seconds, 3) for v in counts]
 
     def _window_samples(self, seconds: float) -> int:
         wanted = max(1, round(seconds / self.sample_seconds))

@@ -167,6 +167,7 @@ class AdminApi:
             get("/jobs/(?P<descriptor>[^/]+)", lambda c: r.job(c.params["descriptor"])),
             get("/shards", lambda c: r.shards()),
             get("/janitor", lambda c: r.janitor()),
+            get("/ledger", lambda c: r.ledger(c.query.get("queue"))),
         ]
 
     # ---- entry point ----

@@ -59,6 +59,15 @@ def is_dequeue(payload: bytes) -> bool:
     )
 
 
+ENQUEUE = "enqueueJobs"
+_ENQUEUE_NAME = struct.pack("!I", len(ENQUEUE)) + ENQUEUE.encode("ascii")
+
+
+def is_enqueue(payload: bytes) -> bool:
+    """The message header names enqueueJobs (bytes compared, as `is_dequeue`)."""
+    return payload[4 : 4 + len(_ENQUEUE_NAME)] == _ENQUEUE_NAME
+
+
 class Admission:
     """Server-wide caps. `serve(payload, run)` runs `run()` (which waits for a worker and
     dispatches) or returns a refusal reply at once."""

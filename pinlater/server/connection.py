@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from pinlater.handler import context
 from pinlater.server import tls
+from pinlater.server.admission import is_enqueue
 from pinlater.server.transport import (
     WOULD_BLOCK,
     FrameError,
@@ -199,9 +200,11 @@ class Connection:
 
     def _dispatch(self, payload: bytes) -> bytes | None:
         slots = self.server.worker_slots
+        if self.server.enqueue_slots is not None and is_enqueue(payload):
+            slots = self.server.enqueue_slots  # kept for enqueues: no dequeue delays them
         slots.get()
         try:
-            return self.server.dispatcher.dispatch(payload)[1]
+            return self.server.dispatcher.dispatch(payload, self.send_reply)[1]
         finally:
             slots.put(None)
 

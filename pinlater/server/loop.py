@@ -155,6 +155,12 @@ class Server:
         self.dispatcher = dispatcher
         self.admission = admission
         self.worker_slots = worker_slots(settings.worker_threads)
+        #: slots of enqueueJobs alone (None: enqueues share worker_slots)
+        self.enqueue_slots = (
+            worker_slots(settings.enqueue_worker_threads)
+            if settings.enqueue_worker_threads and settings.role == "all"
+            else None
+        )
         self.warnings = RateLimitedLog()
         self.rejections = rejections or Rejections(warnings=self.warnings)
         self.tls_context = tls.server_context_from(settings.tls)
@@ -167,6 +173,8 @@ class Server:
         self._lock = threading.Lock()
         self._conns: set[Connection] = set()
         self._per_peer: dict[str, int] = {}
+        #: called by the selector thread when the drain begins (answer parked requests)
+        self.drain_hooks: list[Callable[[], None]] = []
         self.reactor = Reactor(self, sock)
         raise_fd_limit(settings.max_connections + settings.connection_threads + 256)
 

@@ -450,8 +450,14 @@ class Reactor:
     # ---- shutdown ----
 
     def _drain(self, grace: float) -> bool:
-        """Stop accepting, close idle connections, let requests in flight finish."""
+        """Stop accepting, answer parked requests, close idle connections, let requests in
+        flight finish."""
         self._draining = True
+        for hook in self.server.drain_hooks:
+            try:
+                hook()
+            except Exception:
+                log.exception("a drain hook failed")
         if self._accept_paused_until is None:
             self._selector.unregister(self._listener)
         self._accept_paused_until = None

@@ -39,6 +39,8 @@ from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport import TCyBufferedTransport, TCyMemoryBuffer
 
 from pinlater.common import heap
+from pinlater.handler import context as handler_context
+from pinlater.handler.longpoll import Deferred
 from pinlater.server.wirecheck import WireError, WireLimits, check_args
 
 log = logging.getLogger("pinlater.transport")
@@ -372,10 +374,14 @@ class Dispatcher:
         self._wire_limits = wire_limits or WireLimits()
         self._on_reject = on_reject
 
-    def dispatch(self, payload: bytes) -> tuple[str, bytes]:
+    def dispatch(
+        self, payload: bytes, reply_later: Callable[[bytes], None] | None = None
+    ) -> tuple[str, bytes | None]:
         """(method name, reply payload without frame header). Raises MalformedRequest when the
         message header cannot be read (the frame boundary is fine but the content is not
-        Thrift)."""
+        Thrift). With `reply_later`, the handler may answer later (a parked long-poll
+        dequeue returns a `Deferred`): the reply is then None here and `reply_later(payload)`
+        is called with it, from whichever thread resolves it; without, it is waited for."""
         iprot = _decoder(payload)
         try:
             name, msg_type, seqid = iprot.read_message_begin()
@@ -405,9 +411,12 @@ class Dispatcher:
             return name, encode_exception(
                 name, seqid, TApplicationException(TApplicationException.PROTOCOL_ERROR, detail)
             )
-        return name, self._bounded(
-            name, seqid, self._call(name, seqid, args, result_cls(), arg_names)
-        )
+        handler_context.allow_deferred(reply_later is not None)
+        try:
+            reply = self._call(name, seqid, args, result_cls(), arg_names, reply_later)
+        finally:
+            handler_context.allow_deferred(False)
+        return name, None if reply is None else self._bounded(name, seqid, reply)
 
     def _bounded(self, name: str, seqid: int, reply: bytes) -> bytes:
         if len(reply) >= heap.TRIM_AFTER_BYTES:
@@ -420,22 +429,58 @@ class Dispatcher:
         )
 
     def _call(
-        self, name: str, seqid: int, args: Any, result: Any, arg_names: tuple[str, ...]
-    ) -> bytes:
+        self,
+        name: str,
+        seqid: int,
+        args: Any,
+        result: Any,
+        arg_names: tuple[str, ...],
+        reply_later: Callable[[bytes], None] | None = None,
+    ) -> bytes | None:
         values = args.__dict__
         try:
-            result.success = getattr(self._handler, name)(*[values[n] for n in arg_names])
+            value = getattr(self._handler, name)(*[values[n] for n in arg_names])
         except TApplicationException as exc:
             return encode_exception(name, seqid, exc)
-        except Exception as exc:
-            if not _store_declared(exc, result):
-                log.exception("handler %s raised an undeclared exception", name)
-                return _internal_error(name, seqid, f"{type(exc).__name__} in {name}")
+        except Exception as exc:  # noqa: BLE001 - declared ones are answered, others logged
+            return self._encode(name, seqid, result, error=exc)
+        if isinstance(value, Deferred):
+            deliver = reply_later if reply_later is not None else _unreachable
+
+            def later(done: Any, error: BaseException | None) -> None:
+                reply = self._encode(name, seqid, result, done, error)
+                deliver(self._bounded(name, seqid, reply))
+
+            value.add_callback(later)
+            return None
+        return self._encode(name, seqid, result, value)
+
+    def _encode(
+        self,
+        name: str,
+        seqid: int,
+        result: Any,
+        value: Any = None,
+        error: BaseException | None = None,
+    ) -> bytes:
+        """The reply: `value` as the result, or `error` in the result field declaring it."""
+        if isinstance(error, TApplicationException):
+            return encode_exception(name, seqid, error)
+        if error is not None:
+            if not isinstance(error, Exception) or not _store_declared(error, result):
+                log.error("handler %s raised an undeclared exception", name, exc_info=error)
+                return _internal_error(name, seqid, f"{type(error).__name__} in {name}")
+        else:
+            result.success = value
         try:
             return encode_reply(name, seqid, result)
         except Exception:
             log.exception("cannot encode the reply of %s", name)
             return _internal_error(name, seqid, f"cannot encode the reply of {name}")
+
+
+def _unreachable(reply: bytes) -> None:
+    raise AssertionError("a Deferred reply without a reply_later")
 
 
 def _method_classes(service: Any, name: str) -> tuple[Any, Any, tuple[str, ...]]:

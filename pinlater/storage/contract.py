@@ -34,6 +34,14 @@ Rules every implementation follows:
   whatever becomes of the job (deleted and purged jobs included). Checking a key and storing
   its job is one transaction (script call), so concurrent enqueues of one key from any number
   of servers store one job. Expired records are removed by `purge_keys` (the janitor).
+- The ledger (`pinlater/storage/ledger.py`): every primitive that stores, claims, acks,
+  reclaims, deletes or purges jobs adds what it did to the queue's counters on the shard in
+  the same transaction (script call) as the jobs it changed, so a crash or a rollback never
+  separates them. `ledger` reads the counters and the jobs per state in one snapshot. The
+  counters belong to the queue: `delete_queue` removes them with it, and a queue created again
+  starts with empty books. A storage with row locks may keep the counters as a journal (one
+  row per transaction, so writers never wait for one another, nor for a transaction its
+  client abandoned) that `fold_ledger` (the janitor) folds into one row.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from pinlater.common.sections import ConfigError
+from pinlater.storage.ledger import LedgerBook
 from pinlater.storage.models import (
     Ack,
     Checkpoint,
@@ -190,6 +199,14 @@ class Shard(abc.ABC):
         and returned; the rest stay as they were, and bodies of jobs left out are not read."""
 
     @abc.abstractmethod
+    def next_due_ms(self, queue: str) -> int | None:
+        """Milliseconds from the shard's now until its earliest PENDING job of `queue` (any
+        priority) becomes eligible: 0 when one is eligible now, None when the queue holds no
+        PENDING job here. Read-only, one round trip (one read snapshot); the long-poll watcher
+        (pinlater/storage/watch.py) asks this instead of dequeuing on behalf of parked
+        requests, so an idle queue costs one call per poll whatever the number of waiters."""
+
+    @abc.abstractmethod
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         """Apply acks whose job is IN_PROGRESS and whose claim matches; return how many applied."""
 
@@ -298,6 +315,23 @@ class Shard(abc.ABC):
         """Delete up to `limit` expired unique-key records (expires_at <= now) of the queue, in
         one transaction (script call); return how many."""
 
+    # ---- ledger ----
+    @abc.abstractmethod
+    def ledger(self, queue: str) -> LedgerBook:
+        """The queue's books on this shard: its counters and its jobs per state, read in one
+        snapshot (one read transaction or script call), so they agree however busy the queue
+        is. Work is proportional to the queue's jobs on the shard for SQL (an index count per
+        state) and to its priorities for Redis (ZCARD)."""
+
+    #: the ledger is a journal that `fold_ledger` folds (the janitor calls it only then)
+    ledger_journal: ClassVar[bool] = False
+
+    def fold_ledger(self, queue: str, limit: int) -> int:
+        """Fold up to `limit` rows of the queue's ledger journal into one, in one transaction
+        (the books read the same before and after); return how many rows it removed. A
+        storage whose counters are one row or hash has nothing to fold (0)."""
+        return 0
+
     # ---- runtime queue settings (one document, kept on the first shard of the map) ----
     @abc.abstractmethod
     def read_settings(self, known_version: int) -> tuple[int, bytes | None]:
@@ -330,6 +364,10 @@ class Backend(abc.ABC):
     kind: ClassVar[str]
     #: the shard map can change at run time (add/remove shards, flip dequeue_only)
     supports_shard_reload: ClassVar[bool] = False
+    #: a second instance of the kind has connections of its own, which isolates enqueues from
+    #: dequeues (server.role all opens one for enqueues); False where storage serializes
+    #: writers anyway, so more connections would only add lock waits (SQLite's file lock)
+    isolates_connections: ClassVar[bool] = True
     #: options every kind accepts under `backend:`, used or not: the server's `--data-dir` flag
     #: and PINLATER_DATA_DIR set `data_dir` without knowing the kind, so a deployment that sets
     #: them must not break when it switches to a kind without a data directory

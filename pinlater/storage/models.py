@@ -192,8 +192,8 @@ class QueueStats:
     """One queue on one shard as `Shard.queue_stats` read it, in one snapshot at `now_ms`.
 
     `counts[(priority, state, future)]`: jobs of the priority in the state with run_after >
-    now (future) or <= now, exact up to the call's cap, for every priority table that exists
-    and all four states. `oldest_update[(priority, state)]`: the smallest updated_at of the
+    now (future) or <= now, exact up to the call's cap, for every configured priority and all
+    four states. `oldest_update[(priority, state)]`: the smallest updated_at of the
     jobs in an AGED_STATES state (absent when there is none). `first_key_expiry`: the
     earliest expires_at of the queue's unique-key records (None when there is none)."""
 

@@ -32,8 +32,10 @@ from pinlater.errors import (
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import Backend, BodyFilter, ByteBudget, Shard, ShardSpec
 from pinlater.storage.descriptors import MAX_LOCAL_ID, JobDescriptor
+from pinlater.storage.empty_partitions import EmptyPartitions
 from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
 from pinlater.storage.health import ShardHealth
+from pinlater.storage.ledger import LedgerBook
 from pinlater.storage.models import (
     Ack,
     Checkpoint,
@@ -44,6 +46,8 @@ from pinlater.storage.models import (
     NewJob,
     ScanBound,
 )
+from pinlater.storage.placement import Placement
+from pinlater.storage.signals import QueueSignals
 from pinlater.storage.unique_keys import owner_shard
 
 log = logging.getLogger(__name__)
@@ -71,6 +75,10 @@ class _ShardSet:
 
     shards: dict[str, Shard]
     specs: dict[str, ShardSpec]
+    #: the shards enqueues use: the same objects, or ones with connections of their own
+    enqueue: dict[str, Shard]
+    #: shards retired with their jobs: named in errors, never called
+    retired: frozenset[str] = frozenset()
 
 
 class ShardedBackend:
@@ -90,17 +98,36 @@ class ShardedBackend:
         retries: int = 2,
         unhealthy_after_failures: int = 3,
         rng: random.Random | None = None,
+        empty_partition_ttl: float = 0.0,
+        enqueue_backend: Backend | None = None,
+        retired: Iterable[str] = (),
     ):
+        """`empty_partition_ttl` (seconds; 0 = off): how long a (queue, shard, priority) a
+        dequeue found empty is skipped at most (pinlater/storage/empty_partitions.py).
+        `enqueue_backend` (another instance of the backend's class): enqueues get shards
+        opened from it, i.e. storage connections of their own, so that no dequeue storm
+        holding every pooled connection delays them."""
+        self.enqueue_backend = enqueue_backend
         self.backend = backend
+        #: what makes parked dequeues look again (pinlater/storage/signals.py)
+        self.signals = QueueSignals()
+        self.empty = EmptyPartitions(empty_partition_ttl)
         self.num_priorities = num_priorities
         self._retries = retries
         self.health = ShardHealth(unhealthy_after_failures)
         self._rng = rng or random.Random()
         self._reload_lock = threading.Lock()
+        shards = {s.name: backend.open_shard(s) for s in specs}
         self._set = _ShardSet(
-            {s.name: backend.open_shard(s) for s in specs}, {s.name: s for s in specs}
+            shards,
+            {s.name: s for s in specs},
+            self._enqueue_shards(specs, shards),
+            frozenset(retired),
         )
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="shard-fanout")
+        #: which shards each partitioned queue lives on (pinlater/storage/placement.py)
+        self.placement = Placement()
+        self.placement.shards_changed(specs)
 
     # ---------------------------------------------------------------- shard set
 
@@ -110,53 +137,123 @@ class ShardedBackend:
     def shard_specs(self) -> list[ShardSpec]:
         return list(self._set.specs.values())
 
-    def shard(self, name: str) -> Shard:
+    def _enqueue_shards(
+        self, specs: Sequence[ShardSpec], shards: dict[str, Shard], reuse: dict | None = None
+    ) -> dict[str, Shard]:
+        """The enqueue shards for `shards`: themselves without an enqueue backend; else ones
+        opened from it (those of `reuse` when their shard was reused)."""
+        if self.enqueue_backend is None:
+            return shards
+        reuse = reuse or {}
+        out = {}
+        for spec in specs:
+            shard = reuse.get(spec.name)
+            if shard is None:
+                shard = self.enqueue_backend.open_shard(spec)
+                shard.clock_offset_ms = shards[spec.name].clock_offset_ms
+            out[spec.name] = shard
+        return out
+
+    def shard(self, name: str, for_enqueue: bool = False) -> Shard:
         try:
-            return self._set.shards[name]
+            return (self._set.enqueue if for_enqueue else self._set.shards)[name]
         except KeyError:
+            if name in self._set.retired:
+                raise InvalidRequest(
+                    f"job descriptor names shard {name!r}, retired with its jobs "
+                    "(retired_with_jobs in the shard map): its jobs are no longer served"
+                ) from None
             raise InvalidRequest(f"job descriptor names unknown shard {name!r}") from None
 
-    def enqueue_candidates(self) -> list[str]:
-        """Shards that may take enqueues now: healthy and not dequeue_only."""
+    def enqueue_candidates(self, queue: str | None = None) -> list[str]:
+        """Shards that may take enqueues now: healthy and not dequeue_only (and, with a
+        `queue` that has partitions, one of them)."""
+        placed = None if queue is None else self.placement.targets(queue)
         return [
             name
             for name, spec in self._set.specs.items()
-            if not spec.dequeue_only and self.health.is_healthy(name)
+            if not spec.dequeue_only
+            and self.health.is_healthy(name)
+            and (placed is None or name in placed)
         ]
 
-    def reload(self, specs: Sequence[ShardSpec]) -> None:
+    def read_shards(self, queue: str) -> list[str]:
+        """The shards that may hold jobs of `queue` (every shard unless it has partitions)."""
+        names = self.placement.read_shards(queue)
+        return self.shard_names() if names is None else list(names)
+
+    def reload(self, specs: Sequence[ShardSpec], retired: Iterable[str] = ()) -> None:
         """Switch to a new shard map without a restart: reuse shards whose connection settings
-        are unchanged (only dequeue_only may differ), open new ones, create every known queue on
-        them, then close the removed ones. Raises (keeping the old map) if a new shard fails."""
+        are unchanged (only dequeue_only may differ), open new (or repointed) ones and create
+        every known queue on them, then close the removed ones. Only healthy shards are asked
+        for the queue list, and only when a shard is new: a removed or repointed shard whose
+        storage is down is never called. Raises (keeping the old map) if a new shard fails.
+        Whether dropping a shard loses jobs is the caller's check (`pinlater.ops.retire`)."""
+        retired = frozenset(retired)
         with self._reload_lock:
             old = self._set
-            queues = self.queue_names() if old.shards else set()
-            shards: dict[str, Shard] = {}
-            opened: list[Shard] = []
-            try:
-                for spec in specs:
-                    current = old.specs.get(spec.name)
-                    if current is not None and current.connection_key() == spec.connection_key():
-                        shards[spec.name] = old.shards[spec.name]
-                        continue
-                    shard = self.backend.open_shard(spec)
-                    opened.append(shard)
-                    shards[spec.name] = shard
-                    for queue in sorted(queues):
-                        shard.create_queue(queue)
-            except Exception:
-                for shard in opened:
-                    shard.close()
-                raise
-            self._set = _ShardSet(shards, {s.name: s for s in specs})
-            for name, shard in old.shards.items():
-                if shards.get(name) is not shard:
-                    self.health.forget(name)
-                    shard.close()
+            reused = _reusable(old, specs)
+            fresh = [s for s in specs if s.name not in reused]
+            queues = self._known_queues() if fresh and old.shards else set()
+            opened = self._open(fresh, queues)
+            shards = {s.name: reused.get(s.name) or opened[s.name] for s in specs}
+            kept = {n: old.enqueue[n] for n in shards if shards[n] is old.shards.get(n)}
+            enqueue = self._enqueue_shards(specs, shards, kept)
+            self._set = _ShardSet(shards, {s.name: s for s in specs}, enqueue, retired)
+            self.placement.shards_changed(specs)
+            self._close_replaced(old, shards)
             log.info(
-                "shard map reloaded: %s",
+                "shard map reloaded: %s%s",
                 ", ".join(f"{s.name}{' (dequeue_only)' if s.dequeue_only else ''}" for s in specs),
+                f"; retired with jobs: {', '.join(sorted(retired))}" if retired else "",
             )
+
+    def _close_replaced(self, old: _ShardSet, shards: dict[str, Shard]) -> None:
+        """Close the shards of `old` the new map (`shards`) did not keep."""
+        for name, shard in old.shards.items():
+            if shards.get(name) is not shard:
+                self.health.forget(name)
+                shard.close()
+                if old.enqueue[name] is not shard:
+                    old.enqueue[name].close()
+
+    def _open(self, specs: Sequence[ShardSpec], queues: set[str]) -> dict[str, Shard]:
+        """Open shards with every queue in `queues` created; all or none (closed again)."""
+        opened: dict[str, Shard] = {}
+        try:
+            for spec in specs:
+                shard = opened[spec.name] = self.backend.open_shard(spec)
+                for queue in sorted(queues):
+                    shard.create_queue(queue)
+        except Exception:
+            for shard in opened.values():
+                shard.close()
+            raise
+        return opened
+
+    def _known_queues(self) -> set[str]:
+        """The queues of every healthy shard that answers at once (a reload must neither ask
+        a shard known to be down nor wait on one); logs when none answered."""
+        found: set[str] = set()
+        answered = False
+        for name in self.shard_names():
+            if not self.health.is_healthy(name):
+                continue
+            try:
+                found |= self.call(name, lambda s: s.queue_names(), retries=0)
+                answered = True
+            except ShardConnectionFailed as exc:
+                log.warning("shard map reload: shard %s did not list its queues: %s", name, exc)
+        if not answered:
+            log.warning(
+                "shard map reload: no shard listed the queues; new shards get each queue "
+                "from its next createQueue"
+            )
+        return found
+
+    def retired_shards(self) -> frozenset[str]:
+        """Shards retired with their jobs (`retired_with_jobs` in the shard map)."""
+        return self._set.retired
 
     def probe_unhealthy(self) -> list[str]:
         """Ping every unhealthy shard once; return the names that came back."""
@@ -178,18 +275,56 @@ class ShardedBackend:
 
     def shift_clock(self, delta_ms: int) -> None:
         """Move every shard's clock (tests and drills; the storage clock stays authoritative)."""
-        for shard in self._set.shards.values():
+        for shard in self._all_shards():
             shard.clock_offset_ms += delta_ms
+        self.empty.clear()
+        self.signals.changed_all()
+
+    def jobs_may_be_due(
+        self,
+        queue: str,
+        shards: Sequence[str] | None = None,
+        priorities: Sequence[int] = (),
+        jobs: int = 0,
+    ) -> None:
+        """Something made jobs of `queue` eligible (on `shards`, all when None; at
+        `priorities`, all when empty; `jobs` of them when known): its partitions there are no
+        longer known empty, and parked dequeues look again."""
+        self.empty.forget(queue, shards, priorities)
+        self.signals.changed(queue, jobs)
+
+    def shift_shard_clocks(self, names: Sequence[str], delta_ms: int) -> None:
+        """Move some shards' clocks only (tests and drills); see `shift_clock`."""
+        for name in names:
+            for shard in {id(s): s for s in (self.shard(name), self.shard(name, True))}.values():
+                shard.clock_offset_ms += delta_ms
+        self.empty.clear()
+        self.signals.changed_all()
+
+    def _all_shards(self) -> list[Shard]:
+        """Every open shard object, the enqueue ones included, once each."""
+        seen = {id(s): s for s in self._set.shards.values()}
+        seen.update({id(s): s for s in self._set.enqueue.values()})
+        return list(seen.values())
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        for shard in self._set.shards.values():
+        for shard in self._all_shards():
             shard.close()
         self.backend.close()
+        if self.enqueue_backend is not None:
+            self.enqueue_backend.close()
 
     # ---------------------------------------------------------------- calls
 
-    def call(self, name: str, op: Callable[[Shard], T], *, retries: int | None = None) -> T:
+    def call(
+        self,
+        name: str,
+        op: Callable[[Shard], T],
+        *,
+        retries: int | None = None,
+        for_enqueue: bool = False,
+    ) -> T:
         """Run `op` on shard `name`, retrying retriable storage errors; record health.
         Raises ShardConnectionFailed when the tries are used up, and ShardFull (at once, health
         unchanged: the shard still serves what needs no space) when the storage is full.
@@ -199,7 +334,7 @@ class ShardedBackend:
         last: ShardError | None = None
         observe = self.call_observer
         for attempt in range(tries):
-            shard = self.shard(name)  # looked up per try: a reload may have replaced it
+            shard = self.shard(name, for_enqueue)  # per try: a reload may have replaced it
             started = time.perf_counter()
             try:
                 result = op(shard)
@@ -254,6 +389,8 @@ class ShardedBackend:
 
     def delete_queue(self, queue: str) -> None:
         self._fan_out(self.shard_names(), lambda s: s.delete_queue(queue))
+        self.empty.forget(queue)
+        self.signals.forget(queue)
 
     def queue_names(self) -> set[str]:
         """Queues on any shard (a queue exists on all shards unless a create was interrupted,
@@ -262,6 +399,12 @@ class ShardedBackend:
         for found in self._fan_out(self.shard_names(), lambda s: s.queue_names()).values():
             names |= found
         return names
+
+    def ledger(self, queue: str, shards: Iterable[str] | None = None) -> dict[str, LedgerBook]:
+        """The queue's books on each shard (or on `shards`), each read in one snapshot on
+        its shard (`Shard.ledger`); the first error wins, as for counts."""
+        names = self.shard_names() if shards is None else list(shards)
+        return self._fan_out(names, lambda s: s.ledger(queue))
 
     # ---------------------------------------------------------------- jobs
 
@@ -275,16 +418,17 @@ class ShardedBackend:
         tried: set[str] = set()
         last: ShardConnectionFailed | None = None
         for _ in range(1 + self._retries):
-            candidates = self.enqueue_candidates()
+            candidates = self.enqueue_candidates(queue)
             if not candidates:
                 break
             name = self._rng.choice([n for n in candidates if n not in tried] or candidates)
             try:
-                ids = self.call(name, lambda s: s.enqueue(queue, jobs), retries=0)
+                ids = self.call(name, lambda s: s.enqueue(queue, jobs), retries=0, for_enqueue=True)
             except ShardConnectionFailed as exc:  # ShardFull included: another may have room
                 tried.add(name)
                 last = exc
                 continue
+            self._enqueued(queue, [name], jobs)
             return [
                 JobDescriptor(queue, name, job.priority, local_id)
                 for job, local_id in zip(jobs, ids, strict=True)
@@ -293,9 +437,11 @@ class ShardedBackend:
             raise EnqueueRejected(f"storage full: {last.message}")
         if last is not None:
             raise last
+        placed = self.placement.targets(queue)
         raise NoHealthyShards(
             "Unable to find healthy shard: no shard accepts enqueues (all are "
             "unhealthy or dequeue_only)"
+            + ("" if placed is None else f"; queue {queue} lives on {', '.join(placed) or '-'}")
         )
 
     def enqueue_keyed(
@@ -328,18 +474,33 @@ class ShardedBackend:
                     name,
                     _keyed_call(queue, batch, unique_window_ms),
                     retries=None if keyed_only else 0,
+                    for_enqueue=True,
                 )
             except ShardFull as exc:
                 raise EnqueueRejected(f"storage full: {exc.message}") from None
             for i, done in zip(indexes, outcome, strict=True):
                 found[i] = JobDescriptor(queue, name, done.priority, done.local_id)
                 deduplicated += not done.stored
+            self._enqueued(queue, [name], batch)
         return KeyedEnqueue([d for d in found if d is not None], deduplicated)
+
+    def _enqueued(self, queue: str, shards: Sequence[str], jobs: Sequence[NewJob]) -> None:
+        self.jobs_may_be_due(
+            queue,
+            shards,
+            sorted({job.priority for job in jobs}),
+            sum(1 for job in jobs if job.run_after_ms is None),
+        )
 
     def _key_parts(self, queue: str, jobs: Sequence[NewJob]) -> dict[str, list[int]]:
         """shard -> indexes of its jobs, shards in the order their first keyed job comes; the
         jobs without a key join the last shard."""
-        owners = [name for name, spec in self._set.specs.items() if not spec.dequeue_only]
+        placed = self.placement.targets(queue)
+        owners = [
+            name
+            for name, spec in self._set.specs.items()
+            if not spec.dequeue_only and (placed is None or name in placed)
+        ]
         if not owners:
             raise NoHealthyShards(
                 "Unable to find healthy shard: no shard accepts enqueues (all are dequeue_only)"
@@ -380,7 +541,7 @@ class ShardedBackend:
         with its first dequeue in one call (`Shard.ack_and_dequeue`: one round trip on Redis);
         if that call fails, the acks are applied on their own (an error there is the caller's)
         and the dequeue goes on as usual."""
-        names = self._examined(coverage)
+        names = self._examined(coverage, self.placement.dequeue_shards(queue))
         healthy = [n for n in names if self.health.is_healthy(n)]
         claim = None if dry_run else new_claim(source)
         lead = self._piggyback_lead(queue, acks, healthy, claim)  # applies acks that can't ride
@@ -391,6 +552,8 @@ class ShardedBackend:
             healthy.remove(lead)
             healthy.insert(0, lead)
             jobs = self._lead_dequeue(queue, lead, acks, limit, claim, budget)
+            if acks is not None and acks[1]:  # failure acks may have made jobs PENDING
+                self.jobs_may_be_due(queue, [lead])
             if jobs is not None:
                 run.add(lead, jobs, step=(1, lead))
         for priority in range(1, self.num_priorities + 1):
@@ -399,10 +562,11 @@ class ShardedBackend:
             run.sweep(priority, healthy)
         return run.result(healthy)
 
-    def _examined(self, coverage: float) -> list[str]:
-        """The shards a dequeue examines: a random `coverage` share of them (rounded half up,
-        at least one), in random order."""
-        names = self.shard_names()
+    def _examined(self, coverage: float, among: Sequence[str] | None = None) -> list[str]:
+        """The shards a dequeue examines: a random `coverage` share of them (of `among`, the
+        queue's placement and holders, when it has partitions; rounded half up, at least
+        one), in random order."""
+        names = self.shard_names() if among is None else list(among)
         self._rng.shuffle(names)
         return names[: max(1, int(len(names) * coverage + 0.5))]
 
@@ -447,7 +611,11 @@ class ShardedBackend:
             by_shard[name][1].append(ack)
         for name in by_shard:  # first-seen order: the same unknown shard is reported first
             self.shard(name)
-        applied = self._fan_out(by_shard, lambda s: s.ack(queue, *by_shard[s.name]))
+        try:
+            applied = self._fan_out(by_shard, lambda s: s.ack(queue, *by_shard[s.name]))
+        finally:
+            if failed:  # a failure ack may have made its job PENDING again
+                self.jobs_may_be_due(queue, list({name for name, _ in failed}))
         return sum(applied.values())
 
     def checkpoint(self, queue: str, checkpoints: Sequence[tuple[str, Checkpoint]]) -> int:
@@ -455,7 +623,11 @@ class ShardedBackend:
         for name, checkpoint in checkpoints:
             self.shard(name)
             by_shard[name].append(checkpoint)
-        applied = self._fan_out(by_shard, lambda s: s.checkpoint(queue, by_shard[s.name]))
+        try:
+            applied = self._fan_out(by_shard, lambda s: s.checkpoint(queue, by_shard[s.name]))
+        finally:
+            if any(c.move_to_pending for _, c in checkpoints):
+                self.jobs_may_be_due(queue, list(by_shard))
         return sum(applied.values())
 
     def lookup(
@@ -493,7 +665,7 @@ class ShardedBackend:
     ) -> int:
         priorities = self._priorities(priority)
         counts = self._fan_out(
-            self.shard_names(),
+            self.read_shards(queue),
             lambda s: s.count(queue, state, priorities, future, cap, body_filter),
         )
         return min(sum(counts.values()), cap)
@@ -515,7 +687,7 @@ class ShardedBackend:
         cursor = _parse_continuation(continuation)
         priorities = self._priorities(priority)
         pages = self._fan_out(
-            self.shard_names(),
+            self.read_shards(queue),
             lambda s: s.scan(
                 queue,
                 state,
@@ -542,22 +714,29 @@ class ShardedBackend:
     def retry_failed(
         self, queue: str, priority: int, attempts: int, run_after_ms: int | None, limit: int
     ) -> int:
-        return self._sequential(
-            lambda s, left: s.retry_failed(queue, priority, attempts, run_after_ms, left), limit
-        )
+        self.placement.reopened(queue)  # before: a dequeue must not miss what it moves
+        try:
+            return self._sequential(
+                lambda s, left: s.retry_failed(queue, priority, attempts, run_after_ms, left),
+                limit,
+                self.read_shards(queue),
+            )
+        finally:
+            self.jobs_may_be_due(queue, None, [priority])
 
     def delete_jobs(
         self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
     ) -> int:
         return self._sequential(
-            lambda s, left: s.delete_jobs(queue, state, priority, left, body_filter), limit
+            lambda s, left: s.delete_jobs(queue, state, priority, left, body_filter),
+            limit,
+            self.read_shards(queue),
         )
 
     # ---------------------------------------------------------------- helpers
 
-    def _sequential(self, op: Callable[[Shard, int], int], limit: int) -> int:
-        """Run `op` shard by shard in random order with the limit still left."""
-        names = self.shard_names()
+    def _sequential(self, op: Callable[[Shard, int], int], limit: int, names: list[str]) -> int:
+        """Run `op` on shards `names` one by one in random order with the limit still left."""
         self._rng.shuffle(names)
         left = limit
         for name in names:
@@ -590,6 +769,7 @@ class _DequeueRun:
         self.missing: set[str] = set()
         self.failure: ShardConnectionFailed | None = None
         self.taken: set[tuple[int, str]] = set()  # steps already done (with piggy-backed acks)
+        self.empty = store.empty
 
     @property
     def need(self) -> int:
@@ -622,8 +802,13 @@ class _DequeueRun:
 
     def _step(self, priority: int, name: str) -> None:
         queue, need, claim, budget = self.queue, self.need, self.claim, self.budget
+        empty = self.empty
+        if empty.enabled and empty.skip(queue, name, priority):
+            return
+        epoch, started = empty.epoch(queue), empty.clock()
         try:
             jobs = self.store.call(name, lambda s: s.dequeue(queue, priority, need, claim, budget))
+            empty.observed(queue, name, priority, len(jobs), epoch, started)
         except QueueNotFound:
             self.missing.add(name)
             return
@@ -643,6 +828,15 @@ class _DequeueRun:
         ):
             raise failure
         return self.got
+
+
+def _reusable(old: _ShardSet, specs: Sequence[ShardSpec]) -> dict[str, Shard]:
+    """The open shards of `old` that `specs` keeps on the same storage."""
+    return {
+        s.name: old.shards[s.name]
+        for s in specs
+        if s.name in old.specs and old.specs[s.name].connection_key() == s.connection_key()
+    }
 
 
 def scan_continuation(descriptor: JobDescriptor, record: JobRecord) -> str:

@@ -58,19 +58,20 @@ def intercepted(
     names = list(store.shard_names() if shards is None else shards)
     calls = Calls()
     saved = {}
-    for name in names:
-        shard = store.shard(name)
-        saved[name] = vars(shard).get(method)
+    # an enqueue uses its own shard object when the store has an enqueue backend
+    handles = [(n, s) for n in names for s in {store.shard(n), store.shard(n, for_enqueue=True)}]
+    for name, shard in handles:
+        saved[id(shard)] = vars(shard).get(method)
         setattr(shard, method, _wrapper(name, getattr(shard, method), calls, fail_with, fail_times))
     try:
         yield calls
     finally:
-        for name in names:
-            shard = store.shard(name)
-            if saved[name] is None:
+        for _, shard in handles:
+            if saved[id(shard)] is None:
                 delattr(shard, method)
             else:
-                setattr(shard, method, saved[name])
+                setattr(shard, method, saved[id(shard)])
+        for name in names:
             if not keep_health:
                 store.health.forget(name)
 
@@ -99,5 +100,4 @@ def local_id(descriptor: str) -> int:
 
 def shift_clocks(store: ShardedBackend, names: Sequence[str], ms: int) -> None:
     """Move the clocks of some shards only (`ShardedBackend.shift_clock` moves them all)."""
-    for name in names:
-        store.shard(name).clock_offset_ms += ms
+    store.shift_shard_clocks(names, ms)

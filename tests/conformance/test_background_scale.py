@@ -12,6 +12,8 @@ import contextlib
 import math
 import uuid
 
+import pytest
+
 from pinlater.config import JanitorConfig
 from pinlater.ops.depth import DepthCollector
 from pinlater.ops.janitor import Janitor
@@ -30,6 +32,7 @@ def recorded(store, *methods):
         yield {m: stack.enter_context(intercepted(store, m)) for m in methods}
 
 
+@pytest.mark.rule("J-spread")
 def test_depth_and_janitor_ticks_scale_with_the_number_of_queues(api):
     run = uuid.uuid4().hex[:6]
     names = [f"scale{i:03d}_{run}" for i in range(QUEUES)]

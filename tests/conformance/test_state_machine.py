@@ -2,14 +2,16 @@
 janitor sequences against each backend and a small in-memory model, checking they agree.
 
 Invariants after every step: every job is in exactly the state the model says (none lost, none in
-two states), attempts arithmetic holds, stale acks changed nothing, counts match the model.
-Time moves in 10-second steps and the claim timeout is 65 s, so the few real milliseconds that
-pass during a run can never put a job on the timeout boundary.
+two states), attempts arithmetic holds, stale acks changed nothing, counts match the model, and
+the ledger (`A-...` rows) balances on every shard with every counter equal to the model's.
+Time moves in 10-second steps and the claim timeout and the purge TTLs are 65 s, so the few
+real milliseconds that pass during a run can never put a job on a timeout boundary.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 
 import pytest
@@ -24,9 +26,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from pinlater.storage.ledger import COUNTERS
 from tests.conformance.api import WORKER
 
 CLAIM_TIMEOUT_MS = 65_000
+TTL_MS = 65_000
+KEYS = ("k0", "k1", "k2", "k3")
 STEP_MS = 10_000
 PENDING, IN_PROGRESS, SUCCEEDED, FAILED = range(4)
 
@@ -51,6 +56,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.queue = self.api.new_queue("sm")
         self.jobs: dict[str, ModelJob] = {}
         self.t = 0  # model time
+        self.books: Counter[str] = Counter()  # the ledger the model expects
+        self.keys: dict[str, str] = {}  # unique key -> the descriptor holding it
 
     @initialize()
     def start(self):
@@ -69,7 +76,12 @@ class QueueMachine(RuleBasedStateMachine):
     def in_progress(self):
         return sorted(d for d, j in self.jobs.items() if j.state == IN_PROGRESS)
 
-    def fail(self, job: ModelJob, delay: int):
+    def fail(self, job: ModelJob, delay: int, counted: bool = True):
+        if counted:
+            self.books["retried" if job.remaining > 1 else "failed"] += 1
+        self._fail(job, delay)
+
+    def _fail(self, job: ModelJob, delay: int):
         if job.remaining > 1:
             job.state, job.remaining, job.run_after = PENDING, job.remaining - 1, self.t + delay
             job.old_claims += (job.claim,)
@@ -94,6 +106,30 @@ class QueueMachine(RuleBasedStateMachine):
             job["runAfterTimestampMillis"] = wire_run_after
         for d in self.api.enqueue(self.queue, *[dict(job) for _ in range(n)]):
             self.jobs[d] = ModelJob(PENDING, attempts, attempts, run_after, priority, self.t)
+        self.books["enqueued"] += n
+
+    @rule(keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=3))
+    def enqueue_keyed(self, keys):
+        """Keyed jobs (the window, 24 h, outlasts a run): a held or repeated key stores
+        nothing and counts as deduplicated."""
+        jobs = [{"body": b"k", "uniqueKey": key, "numAttemptsAllowed": 2} for key in keys]
+        answered = self.api.enqueue(self.queue, *jobs)
+        for key, d in zip(keys, answered, strict=True):
+            if key in self.keys:
+                assert d == self.keys[key]
+                self.books["deduplicated"] += 1
+            else:
+                self.keys[key] = d
+                self.jobs[d] = ModelJob(PENDING, 2, 2, self.t, 1, self.t)
+                self.books["enqueued"] += 1
+
+    @rule(state=st.sampled_from([PENDING, IN_PROGRESS, SUCCEEDED, FAILED]))
+    def delete_jobs(self, state):
+        doomed = [d for d, j in self.jobs.items() if j.state == state and j.priority == 1]
+        assert self.api.delete_jobs(self.queue, state) == len(doomed)
+        for d in doomed:
+            del self.jobs[d]
+        self.books["deleted"] += len(doomed)
 
     @rule(limit=st.integers(1, 6))
     def dequeue(self, limit):
@@ -109,6 +145,7 @@ class QueueMachine(RuleBasedStateMachine):
             job = self.jobs[d]
             assert (meta.attemptsAllowed, meta.attemptsRemaining) == (job.allowed, job.remaining)
             job.state, job.claim, job.updated = IN_PROGRESS, meta.claimDescriptor, self.t
+        self.books["dequeued"] += len(got)
 
     @precondition(lambda self: self.in_progress())
     @rule(
@@ -124,6 +161,7 @@ class QueueMachine(RuleBasedStateMachine):
         if success:
             self.api.ack(self.queue, succeeded=[(d, info)])
             job.state, job.updated = SUCCEEDED, self.t
+            self.books["succeeded"] += 1
         else:
             info["retryDelayMillis"] = delay_steps * STEP_MS
             self.api.ack(self.queue, failed=[(d, info)])
@@ -164,14 +202,26 @@ class QueueMachine(RuleBasedStateMachine):
     def janitor(self):
         self.api.janitor(
             claim_timeout_seconds=CLAIM_TIMEOUT_MS / 1000,
-            succeeded_ttl_seconds=10**7,
-            failed_ttl_seconds=10**7,
+            succeeded_ttl_seconds=TTL_MS / 1000,
+            failed_ttl_seconds=TTL_MS / 1000,
         )
-        for job in self.jobs.values():
-            if job.state == IN_PROGRESS and self.t - job.updated > CLAIM_TIMEOUT_MS:
-                self.fail(job, 0)
+        for d, job in list(self.jobs.items()):
+            if job.state in (SUCCEEDED, FAILED) and self.t - job.updated > TTL_MS:
+                del self.jobs[d]
+                self.books["purged"] += 1
+            elif job.state == IN_PROGRESS and self.t - job.updated > CLAIM_TIMEOUT_MS:
+                self.fail(job, 0, counted=False)
+                self.books["reclaimed"] += 1
 
     # ---- invariants
+    @invariant()
+    def books_balance_and_agree_with_the_model(self):
+        books = self.api.store.ledger(self.queue)
+        assert all(b.balanced for b in books.values()), {n: b.as_dict() for n, b in books.items()}
+        found = {name: sum(b.counters[name] for b in books.values()) for name in COUNTERS}
+        assert found == {name: self.books[name] for name in COUNTERS}, (found, dict(self.books))
+        assert sum(b.present for b in books.values()) == len(self.jobs)
+
     @invariant()
     def storage_agrees_with_model(self):
         if not self.jobs:
@@ -209,6 +259,8 @@ class QueueMachine(RuleBasedStateMachine):
     "D-priority-order",
     "D-limit",
     "N-count",
+    "A-ledger-counts",
+    "A-books-balance",
 )
 def test_backend_agrees_with_the_model(api):
     QueueMachine.api = api

@@ -22,15 +22,20 @@ descriptor and found by scanning every state. The checks (reliability-research.m
    (not sent) that nevertheless finished their job are listed in `fail_but_applied`: that is a
    client misreport, not a queue fault. Scenarios that park a worker past its
    lease check the fence directly as well (see harness.stale_ack_probe).
+7. the books: with `books` (the queue's ledger per shard, read from the storage after the
+   drain), every shard's books balance (enqueued - deleted - purged equals the jobs present)
+   and the jobs they count present are exactly the jobs of `final`.
 Resource bounds (8) are measured by the harness, which owns the server processes.
 """
 
 from __future__ import annotations
 
 import collections
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pinlater.storage.ledger import LedgerBook
 from tests.faults.ledger import job_id
 from worker_sdk.models import JobInfo, JobState
 
@@ -85,9 +90,14 @@ class Report:
 
 
 def check(
-    records: list[dict[str, Any]], final: dict[str, JobInfo], *, strict_attempts: bool = True
+    records: list[dict[str, Any]],
+    final: dict[str, JobInfo],
+    *,
+    strict_attempts: bool = True,
+    books: Mapping[str, LedgerBook] | None = None,
 ) -> Report:
-    """Evaluate every invariant; the Report lists each violation found."""
+    """Evaluate every invariant (the books too, when given); the Report lists each violation
+    found."""
     report = Report()
     enq = _enqueue_outcomes(records, report)
     deliveries = _deliveries(records)
@@ -102,6 +112,8 @@ def check(
     _check_terminal(records, deliveries, final, report)
     _check_attempts(deliveries, final, strict_attempts, report)
     _count_deliveries(deliveries, desc_job, enq, report)
+    if books is not None:
+        _check_books(books, final, report)
     report.stored_copies_extra = sum(
         len([d for d in descs if d in final]) - 1
         for descs in copies.values()
@@ -176,6 +188,18 @@ def _count_job_outcome(job: str, outcome: str, infos: list[JobInfo], report: Rep
         report.lost.append(job)
     if outcome != "ok" and infos:
         report.recovered += 1
+
+
+def _check_books(books: Mapping[str, LedgerBook], final: dict[str, JobInfo], report: Report):
+    """Invariant 7: each shard's books balance, and count the jobs the queue holds."""
+    for shard, book in sorted(books.items()):
+        if not book.balanced:
+            report.violations.append(f"the books of shard {shard} do not balance: {book.as_dict()}")
+    present = sum(book.present for book in books.values())
+    if present != len(final):
+        report.violations.append(
+            f"the books count {present} jobs present, the queue holds {len(final)}"
+        )
 
 
 def _check_phantoms(enq, desc_job, report: Report) -> None:

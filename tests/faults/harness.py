@@ -27,6 +27,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from backends import backend_class
+from pinlater.app import load_config
+from pinlater.storage.ledger import LedgerBook
+from pinlater.storage.sharded import ShardedBackend
 from tests.faults import checker
 from tests.faults.ledger import History, job_body, job_id, load
 from tests.faults.ledger import report as write_ledger
@@ -337,11 +341,29 @@ class Rig:
             worker.stop()
         drained = self.drain(drain_timeout)
         report = checker.check(
-            self.all_records(), self.final_state(), strict_attempts=strict_attempts
+            self.all_records(),
+            self.final_state(),
+            strict_attempts=strict_attempts,
+            books=self.books(),
         )
         if not drained:
             report.violations.append(f"the queue did not drain within {drain_timeout}s")
         return report
+
+    def books(self) -> dict[str, LedgerBook]:
+        """The queue's ledger on every shard, read straight from the storage (as the servers
+        read it: one snapshot per shard)."""
+        config = load_config(env={}, overrides={"backend": self.storage.backend_section()})
+        backend = backend_class(config.backend.kind)(
+            config.backend.options, config.storage_limits()
+        )
+        store = ShardedBackend(
+            backend, config.backend.shards, num_priorities=config.priorities.levels, retries=3
+        )
+        try:
+            return store.ledger(self.queue)
+        finally:
+            store.close()
 
     # ---- resources ----
 

@@ -130,6 +130,14 @@ def visit(browser, site: Site, path: str) -> None:
 
 
 def text_of(browser, css: str) -> str:
+    """The element's text; found again if the page's auto-refresh replaced it meanwhile."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for _ in range(5):
+        try:
+            return browser.find_element(*by(css)).text
+        except StaleElementReferenceException:
+            continue
     return browser.find_element(*by(css)).text
 
 
@@ -143,12 +151,8 @@ def cell(browser, state: str, priority: int) -> int:
 
 def click(browser, css: str) -> None:
     """Click a link or submit button and wait for the page it leads to."""
-    follow(browser, browser.find_element(*by(css)))
-
-
-def follow(browser, element) -> None:
     old = browser.find_element(*by("html"))
-    element.click()
+    browser.find_element(*by(css)).click()
     wait_until(lambda: _stale(old), message="the next page")
 
 
@@ -185,7 +189,9 @@ def test_log_in_and_the_counts_match_get_job_count(browser, site, queue):
     def overview_pending() -> str:
         browser.refresh()  # the overview's counts come from a snapshot taken every 0.2 s
         rows = browser.find_elements(*by(f'tr[data-queue="{queue}"] td[data-state="pending"]'))
-        return rows[0].text if rows else ""
+        return (
+            text_of(browser, f'tr[data-queue="{queue}"] td[data-state="pending"]') if rows else ""
+        )
 
     wait_until(lambda: overview_pending() == "4", message="overview pending count")
     failed = text_of(browser, f'tr[data-queue="{queue}"] td[data-state="failed"]')
@@ -209,18 +215,16 @@ def test_page_through_250_jobs_and_open_one(browser, site, queue):
     seen: list[str] = []
     for page in range(1, 10):
         assert text_of(browser, "#page-number").startswith(f"page {page} ")
-        seen += [
-            row.get_attribute("data-descriptor")
-            for row in browser.find_elements(*by("tr[data-descriptor]"))
-        ]
-        nexts = browser.find_elements(*by("a.next-page"))
-        if not nexts:
+        seen += browser.execute_script(  # read at once: an auto-refresh may replace the rows
+            "return [...document.querySelectorAll('tr[data-descriptor]')]"
+            ".map(row => row.dataset.descriptor)"
+        )
+        if not browser.find_elements(*by("a.next-page")):
             break
-        follow(browser, nexts[0])
+        click(browser, "a.next-page")
     assert page == 3 and len(seen) == 250 and set(seen) == expected
-    first = browser.find_element(*by("tr[data-descriptor] td a"))
-    descriptor = first.text
-    follow(browser, first)
+    descriptor = text_of(browser, "tr[data-descriptor] td a")
+    click(browser, "tr[data-descriptor] td a")
     assert text_of(browser, "#job-state") == "pending"
     assert text_of(browser, "#job-body").startswith("job ")
     assert descriptor in browser.title

@@ -135,7 +135,18 @@ def test_pages_need_a_login_and_come_back_after_it(srv):
 
 
 @pytest.mark.parametrize(
-    "target", ["//evil.example/ui/", "https://evil.example/", "/metrics", "/ui\\..\\x", ""]
+    "target",
+    [
+        "//evil.example/ui/",
+        "https://evil.example/",
+        "/metrics",
+        "/ui\\..\\x",
+        "/ui//evil.example/",
+        "/ui/\\evil.example",
+        "/ui/\r\nSet-Cookie: x=1",
+        "/ui/ x",
+        "",
+    ],
 )
 def test_the_login_redirects_only_inside_the_dashboard(srv, target):
     status, _, headers = DashboardHttp(srv.metrics_url).login(PASSWORD, next_page=target)

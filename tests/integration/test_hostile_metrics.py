@@ -137,3 +137,30 @@ def test_a_queue_deleted_through_another_server_leaves_its_metrics(tmp_path, kin
         finally:
             creator.close()
             user.close()
+
+
+def test_metrics_max_queues_bounds_the_queues_with_series_of_their_own(tmp_path):
+    with ddl_load.one_shard("sqlite", tmp_path) as backend:
+        config = metrics_config(backend)
+        config["metrics"]["max_queues"] = 3
+        with ServerProcess(config, tmp_path) as server:
+            client = server.client()
+            try:
+                queues = [f"capped{i}" for i in range(8)]
+                for queue in queues:
+                    client.createQueue(CTX, queue)
+                    use_queue(client, queue)
+                depth = 'pinlater_queue_jobs{priority="1",queue="(other)",state="succeeded"} 5.0'
+                deadline = time.monotonic() + SETTLE_SECONDS  # a depth sweep after the acks
+                while depth not in (text := scrape(server)) and time.monotonic() < deadline:
+                    time.sleep(REFRESH_SECONDS)
+            finally:
+                client.close()
+    labels = {
+        line.split('queue="', 1)[1].split('"', 1)[0]
+        for line in text.splitlines()
+        if 'queue="' in line
+    }
+    assert labels - {"", "(other)"} == {"capped0", "capped1", "capped2"}
+    assert 'pinlater_jobs_enqueued_total{queue="(other)"} 10.0' in text  # 5 queues x 2 jobs
+    assert depth in text  # the depth of those 5 queues adds up under "(other)" too

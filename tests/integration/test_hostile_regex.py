@@ -12,6 +12,7 @@ backend pages bodies to the filter its own way, so each one runs the lot:
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -48,12 +49,11 @@ def server(request, tmp_path_factory) -> Iterator[ServerProcess]:
     }
     with backend_section(request.param, tmp) as backend:
         with ServerProcess({**config, "backend": backend}, tmp) as running:
-            client = running.client()
-            fill(client, "slow", SLOW_BODY, 1000)
-            fill(client, "trivial", TRIVIAL_BODY, 300)
-            fill(client, "at_cap", b"hay", SCAN_CAP)
-            fill(client, "over_cap", b"hay", SCAN_CAP + 1)
-            client.close()
+            with contextlib.closing(running.client()) as client:
+                fill(client, "slow", SLOW_BODY, 1000)
+                fill(client, "trivial", TRIVIAL_BODY, 300)
+                fill(client, "at_cap", b"hay", SCAN_CAP)
+                fill(client, "over_cap", b"hay", SCAN_CAP + 1)
             yield running
             assert "Traceback" not in running.log()
 
@@ -93,7 +93,11 @@ def is_budget_refusal(message: str) -> bool:
 
 
 def test_an_expensive_pattern_over_many_bodies_stops_at_the_request_budget(server):
-    client = server.client(timeout=60)
+    with contextlib.closing(server.client(timeout=60)) as client:
+        _assert_stopped_at_the_request_budget(client)
+
+
+def _assert_stopped_at_the_request_budget(client) -> None:
     calls = {
         "getJobCount": lambda: count(client, "slow", SLOW),
         "scanJobs": lambda: client.scanJobs(
@@ -107,7 +111,6 @@ def test_an_expensive_pattern_over_many_bodies_stops_at_the_request_budget(serve
         assert took < REQUEST_SECONDS + SLACK_SECONDS, (name, took, message)
     assert count(client, "slow") == 1000  # deleteJobs stopped before deleting anything
     assert count(client, "slow", "^a+$") == 1000  # a cheap pattern over the same bodies works
-    client.close()
 
 
 def test_a_trivial_pattern_never_fails_under_concurrency(server):
@@ -142,7 +145,11 @@ def test_a_trivial_pattern_never_fails_under_concurrency(server):
 
 
 def test_the_scan_cap_bounds_the_bodies_one_request_examines(server):
-    client = server.client(timeout=60)
+    with contextlib.closing(server.client(timeout=60)) as client:
+        _assert_the_scan_cap_bounds(client)
+
+
+def _assert_the_scan_cap_bounds(client) -> None:
     assert count(client, "at_cap", "needle") == 0
     message, _ = budget_error(lambda: count(client, "over_cap", "needle"))
     assert f"{SCAN_CAP:,} bodies" in message and "limits.regex_scan_cap" in message, message
@@ -150,7 +157,6 @@ def test_the_scan_cap_bounds_the_bodies_one_request_examines(server):
     assert "limits.regex_scan_cap" in message, message
     assert delete(client, "over_cap", "hay", 10) == 10  # stops scanning once it has enough
     assert count(client, "over_cap") == SCAN_CAP + 1 - 10
-    client.close()
 
 
 def delete(client, queue: str, pattern: str, limit: int) -> int:

@@ -180,6 +180,7 @@ def test_stats_watch_keeps_going_while_the_server_restarts(tmp_path):
     try:
         client = current.client()
         client.createQueue(CTX, "restart_q")
+        client.close()
         frames = []
 
         def sleep(seconds):  # frame 1 sees the server; 2 sees it down; 3 sees it back

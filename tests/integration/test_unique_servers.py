@@ -53,10 +53,7 @@ def servers(request, tmp_path_factory):
             "janitor": {"enabled": False},
             "queue_config": str(queue_config),
         }
-        yield [
-            stack.enter_context(ServerProcess(config, tmp, name=f"server{i}").start())
-            for i in range(3)
-        ]
+        yield [stack.enter_context(ServerProcess(config, tmp, name=f"server{i}")) for i in range(3)]
 
 
 def address(server: ServerProcess) -> str:
@@ -95,23 +92,22 @@ def test_a_keyed_enqueue_whose_reply_was_lost_is_retried_and_stores_one_job(serv
     with FaultProxy((first.host, first.port)) as proxy:
         # the first try goes through the proxy, which cuts the reply after the server stored
         # the job; the retry goes to the other server
-        PinLaterClient([address(second)]).create_queue("retried")
-        client = PinLaterClient([proxy.address, address(second)], retries=2, timeout=5)
-        proxy.cut_after(8, "down")
-        [d] = client.enqueue("retried", [Job(b"a", unique_key="payment-9")])  # 1st call: proxy
-        assert proxy.faults["cut"] == 1
-        proxy.heal()
-        assert client.count("retried", JobState.PENDING) == 1
-        assert client.enqueue("retried", [Job(b"b", unique_key="payment-9")]) == [d]
+        with PinLaterClient([address(second)]) as setup:
+            setup.create_queue("retried")
+        with PinLaterClient([proxy.address, address(second)], retries=2, timeout=5) as client:
+            proxy.cut_after(8, "down")
+            [d] = client.enqueue("retried", [Job(b"a", unique_key="payment-9")])  # via proxy
+            assert proxy.faults["cut"] == 1
+            proxy.heal()
+            assert client.count("retried", JobState.PENDING) == 1
+            assert client.enqueue("retried", [Job(b"b", unique_key="payment-9")]) == [d]
         # without a key the client does not retry: the caller learns it may have been stored
-        plain = PinLaterClient([proxy.address, address(second)], retries=2, timeout=5)
-        proxy.cut_after(8, "down")
-        with pytest.raises(PinLaterTransportError) as info:
-            plain.enqueue("retried", [Job(b"c")])
-        assert info.value.maybe_applied and proxy.faults["cut"] == 2
-        proxy.heal()
-        plain.close()
-        client.close()
+        with PinLaterClient([proxy.address, address(second)], retries=2, timeout=5) as plain:
+            proxy.cut_after(8, "down")
+            with pytest.raises(PinLaterTransportError) as info:
+                plain.enqueue("retried", [Job(b"c")])
+            assert info.value.maybe_applied and proxy.faults["cut"] == 2
+            proxy.heal()
 
 
 def test_three_servers_store_each_slot_of_an_every_second_schedule_once(servers):

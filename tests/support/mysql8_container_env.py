@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,9 @@ def docker_unavailable() -> str | None:
     try:
         import docker
 
+        unix_reason = _unix_socket_unavailable()
+        if unix_reason is not None:
+            return unix_reason
         client = docker.from_env(timeout=5)
         try:
             client.ping()
@@ -34,6 +38,23 @@ def docker_unavailable() -> str | None:
             client.close()
     except Exception as exc:  # noqa: BLE001 - any failure means: no usable engine
         return str(exc) or type(exc).__name__
+    return None
+
+
+def _unix_socket_unavailable() -> str | None:
+    """Why the engine's unix socket takes no connection, or None (also for a TCP DOCKER_HOST).
+    Asked with a socket of our own: docker's unix transport leaks the socket of a failed
+    connect, a ResourceWarning that pytest turns into an error."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return None
+    path = host.removeprefix("unix://")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5)
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            return f"cannot connect to {path}: {exc}"
     return None
 
 

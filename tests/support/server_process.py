@@ -120,6 +120,9 @@ class ServerProcess:
 
     def spawn(self) -> subprocess.Popen:
         """Start the process without waiting for it to listen (for tests of start failures)."""
+        if self.proc is not None and self.proc.poll() is None:
+            # a second start would orphan the first process and its log file
+            raise RuntimeError(f"{self.log_path.name}: the server is already running")
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(yaml.safe_dump(self.config))
         env = {k: v for k, v in os.environ.items() if not k.startswith("PINLATER_")}

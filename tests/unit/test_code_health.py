@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,6 +65,15 @@ def test_mypy_is_clean() -> None:
 
 def test_import_contracts_hold() -> None:
     _assert_clean(_run(_tool("lint-imports")), "lint-imports ([tool.importlinter])")
+
+
+def test_warnings_are_errors_under_pytest() -> None:
+    """`error` first in [tool.pytest.ini_options] filterwarnings; any later entry may only
+    ignore a named warning (its reason is a comment beside it)."""
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        filters = tomllib.load(f)["tool"]["pytest"]["ini_options"]["filterwarnings"]
+    assert filters[0] == "error", filters
+    assert all(entry.startswith("ignore:") for entry in filters[1:]), filters
 
 
 def _functions(blocks: list, outer: str = "") -> Iterator[tuple[str, Function]]:

@@ -223,3 +223,22 @@ def test_a_series_made_for_a_queue_forgotten_meanwhile_is_removed_again():
     metrics.forget_queue("q")
     metrics._child(metrics.jobs_enqueued, label).inc()
     assert _series_of(metrics, "q") == []
+
+
+def test_past_max_queues_the_other_queues_share_one_label():
+    from pinlater.ops.metrics import OTHER_QUEUES
+
+    metrics = Metrics(max_queues=2)
+    metrics.queues.replace(["c", "a", "b", "d"])
+    assert [metrics.queues.label(q) for q in "abcd"] == ["a", "b", OTHER_QUEUES, OTHER_QUEUES]
+    assert metrics.queues.label("nosuch") == NO_QUEUE
+    for queue in "abcd":
+        metrics.jobs("enqueued", queue, 1)
+    assert 'pinlater_jobs_enqueued_total{queue="(other)"} 2.0' in _series_of(metrics, OTHER_QUEUES)
+    metrics.queues.add("0")  # sorts first, but a queue keeps the label it has
+    assert metrics.queues.label("0") == OTHER_QUEUES and metrics.queues.label("a") == "a"
+    metrics.forget_queue("a")  # a label is free again: the next queue in name order takes it
+    assert metrics.queues.label("0") == "0"
+    assert metrics.queues.label("c") == OTHER_QUEUES
+    metrics.forget_queue(OTHER_QUEUES)  # not a queue: nothing happens
+    assert _series_of(metrics, OTHER_QUEUES)

@@ -415,6 +415,75 @@ def test_a_queue_from_before_unique_keys_gets_its_key_table_on_first_use(backend
     shard.close()
 
 
+def test_a_queue_from_before_the_ledger_gets_its_table_and_slots_on_first_use(backend, server):
+    """A queue database made before the ledger has no ledger table: the first write meets
+    1146, the missing-tables repair creates the table with the jobs present as its opening
+    balance (QueueBusy, retried by the sharded layer), and the retried write seeds the slot it
+    adds to."""
+    shard = open_shard(backend, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    shard.enqueue(name, [NewJob(b"old-1"), NewJob(b"old-2", priority=3)])
+    server.query(f"DROP TABLE `{shard.database(name)}`.`ledger`")
+    with pytest.raises(QueueBusy):
+        shard.enqueue(name, [NewJob(b"a")])
+    shard.enqueue(name, [NewJob(b"b"), NewJob(b"c")])
+    book = shard.ledger(name)
+    # the jobs it held open its books; the rolled-back first try stored nothing
+    assert book.counters["enqueued"] == 4
+    assert book.present == 4 and book.balanced
+    shard.delete_queue(name)
+    shard.close()
+
+
+def test_ledger_is_a_journal_folded_by_fold_ledger(backend, server):
+    """Each write transaction inserts its own ledger row (no two writers share one); the
+    janitor's fold_ledger folds them into one row and the books read the same."""
+    shard = open_shard(backend, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    for _ in range(20):
+        shard.enqueue(name, [NewJob(b"x")])
+    table = f"`{shard.database(name)}`.`ledger`"
+    assert server.query(f"SELECT COUNT(*), SUM(enqueued) FROM {table}") == [(20, 20)]
+    before = shard.ledger(name)
+    assert shard.fold_ledger(name, 8) == 7
+    assert shard.fold_ledger(name, 1000) == 12
+    assert server.query(f"SELECT COUNT(*), SUM(enqueued) FROM {table}") == [(1, 20)]
+    assert shard.ledger(name) == before and before.balanced
+    shard.delete_queue(name)
+    shard.close()
+
+
+def test_a_transaction_its_client_abandoned_blocks_no_writer(backend, server):
+    """A write transaction left open (a server killed mid-call: MySQL keeps its session and
+    locks until it notices) holds its own ledger row only: every other write goes on at once;
+    a fold waits for it (and is tried again on the next janitor pass), then counts it."""
+    shard = open_shard(backend, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    zombie = server.connect()
+    try:
+        cur = zombie.cursor()
+        cur.execute("BEGIN")
+        cur.execute(f"INSERT INTO `{shard.database(name)}`.`ledger` (enqueued) VALUES (0)")
+        started = time.monotonic()
+        for _ in range(5):
+            shard.enqueue(name, [NewJob(b"x")])
+            assert len(shard.dequeue(name, 1, 1, new_claim("w"))) == 1
+        assert time.monotonic() - started < 2
+        with pytest.raises(QueueBusy):
+            shard.fold_ledger(name, 1000)
+        zombie.rollback()
+        assert shard.fold_ledger(name, 1000) == 9
+        book = shard.ledger(name)
+        assert (book.counters["enqueued"], book.counters["dequeued"]) == (5, 5) and book.balanced
+    finally:
+        zombie.close()
+    shard.delete_queue(name)
+    shard.close()
+
+
 def test_create_queue_is_idempotent_and_creates_missing_priority_tables(backend, server):
     shard = open_shard(backend, server)
     name = f"q{next(_names)}"
@@ -428,7 +497,7 @@ def test_create_queue_is_idempotent_and_creates_missing_priority_tables(backend,
             "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,)
         )
     }
-    assert tables == {"jobs_p1", "jobs_p2", "jobs_p3", "unique_keys"}
+    assert tables == {"jobs_p1", "jobs_p2", "jobs_p3", "unique_keys", "ledger"}
     engines = {
         row[0]
         for row in server.query(
@@ -520,8 +589,8 @@ def test_a_delete_cut_short_leaves_nothing_visible_and_finish_deletes_drops_the_
         shard.count(name, JobState.PENDING, [1], False, 10, None)
     shard.create_queue(name)  # fresh tables at once
     assert shard.count(name, JobState.PENDING, [1, 2, 3], False, 100, None) == 0
-    assert len(trash_tables(server, shard)) == 4  # three job tables and the unique keys
-    assert shard.finish_deletes() == 4
+    assert len(trash_tables(server, shard)) == 5  # three job tables, unique keys, the ledger
+    assert shard.finish_deletes() == 5
     assert trash_tables(server, shard) == [] and shard.finish_deletes() == 0
     shard.delete_queue(name)
 

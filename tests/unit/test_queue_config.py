@@ -4,6 +4,7 @@ keeps the old config on a bad file, and the checks load_config runs before the p
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from pinlater.common.sections import ConfigError
 from pinlater.ops.queue_settings import QueueConfigWatcher, parse_queue_config, read_server_count
 from pinlater.ops.rate_limiter import QueueRateLimiter
 from pinlater.ops.runtime_settings import RuntimeSettings
+from tests.support.readme_blocks import blocks
 
 
 def parse(text: str):
@@ -207,3 +209,13 @@ def test_admission_and_request_log_sections_validate_their_keys():
     assert "admission.max_concurrent_requests: 0 is outside" in problems
     assert "admission.x: unknown key" in problems
     assert "request_log.max_warnings_per_peer_per_minute" in problems
+
+
+def test_the_readme_queue_config_parses_with_its_partitions():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    [block] = blocks(readme, "queue-config")
+    config = parse(block)
+    assert config.partitions() == {"avatars": 1}
+    assert config.rates()["reports"] == 0 and config.unique_window_seconds("orders") == 3600
+    with pytest.raises(ConfigError, match="partitions"):
+        parse("queues: {a: {partitions: 0}}")

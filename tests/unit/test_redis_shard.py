@@ -322,3 +322,18 @@ def test_durability_warnings_when_config_is_disabled(backend, tmp_path):
     ) as locked:
         warnings = open_shard(backend, locked, "locked").durability_warnings()
     assert len(warnings) == 1 and "could not check" in warnings[0]
+
+
+def test_a_queue_from_before_the_ledger_opens_its_books_with_its_jobs(shard):
+    """A queue without a ledger hash (created by a version without the ledger): its books
+    read as its jobs present enqueued, and the first write makes that the opening balance."""
+    enqueue(shard, b"a", b"b")
+    enqueue(shard, b"c", priority=3)
+    shard._client.delete(f"{redis_keys.queue_prefix(shard.name, 'q')}:ledger")
+    book = shard.ledger("q")
+    assert book.counters["enqueued"] == 3 and book.present == 3 and book.balanced
+    assert len(shard.dequeue("q", 1, 1, new_claim("w"))) == 1
+    shard.delete_jobs("q", JobState.PENDING, 1, 10, None)
+    book = shard.ledger("q")
+    assert (book.counters["enqueued"], book.counters["dequeued"]) == (3, 1)
+    assert book.counters["deleted"] == 1 and book.present == 2 and book.balanced

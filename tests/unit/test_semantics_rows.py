@@ -28,6 +28,7 @@ PREFIXES = {
     "C": "Claims",
     "E": "Errors",
     "D": "Dequeue order and limits",
+    "W": "Long-poll dequeue",
     "B": "Bodies, statuses, times",
     "I": "Descriptors and ids",
     "L": "Lookup",
@@ -35,6 +36,7 @@ PREFIXES = {
     "Q": "Queues",
     "U": "Unique keys",
     "P": "Periodic jobs",
+    "A": "Ledger",
     "J": "Janitor",
     "X": "Concurrency",
 }

@@ -29,7 +29,7 @@ class _Dispatcher:
     def __init__(self, slots, fail=False):
         self.slots, self.fail, self.free_during_call = slots, fail, None
 
-    def dispatch(self, payload):
+    def dispatch(self, payload, reply_later=None):
         self.free_during_call = self.slots.qsize()
         if self.fail:
             raise RuntimeError("handler bug")
@@ -39,6 +39,7 @@ class _Dispatcher:
 class _Server:
     def __init__(self, fail=False):
         self.worker_slots = worker_slots(3)
+        self.enqueue_slots = None  # enqueues share the worker slots
         self.dispatcher = _Dispatcher(self.worker_slots, fail)
 
 

@@ -256,7 +256,9 @@ def test_every_named_query_has_a_description_and_identifiers_are_validated():
         "dequeue_select",
         "claim_by_ids",
         "ack_success",
-        "ack_failure",
+        "ack_failure_retry",
+        "ack_failure_final",
+        "ledger_add",
         "checkpoint",
         "purge",
         "create_job_table",
@@ -280,3 +282,24 @@ def test_an_enqueue_that_fails_part_way_stores_nothing(shard):
         shard.enqueue("q", [NewJob(b"ok", priority=1), NewJob(b"bad", priority=4)])
     assert shard.count("q", JobState.PENDING, [1], False, 10, None) == 0
     assert enqueue(shard, b"next") == [1]
+
+
+def test_a_queue_from_before_the_ledger_opens_its_books_with_its_jobs(tmp_path, clock):
+    """A file written by a version without the ledger: the migration at open gives each queue
+    its ledger table, with the jobs present then as enqueued, so the books balance."""
+    shard = open_shard(tmp_path, clock)
+    shard.create_queue("old")
+    shard.enqueue("old", [NewJob(b"a"), NewJob(b"b", priority=2), NewJob(b"c")])
+    shard.close()
+    conn = sqlite3.connect(shard.path)
+    with conn:
+        conn.execute("DROP TABLE q1_ledger")  # what the older version's file holds
+    conn.close()
+    again = open_shard(tmp_path, clock)
+    try:
+        book = again.ledger("old")
+        assert book.counters["enqueued"] == 3 and book.present == 3 and book.balanced
+        again.enqueue("old", [NewJob(b"d")])
+        assert again.ledger("old").counters["enqueued"] == 4 and again.ledger("old").balanced
+    finally:
+        again.close()

@@ -39,7 +39,7 @@ class ScriptedClient:
         with self.lock:
             return sorted(self.queues)
 
-    def dequeue(self, queue, limit, acks=None):
+    def dequeue(self, queue, limit, acks=None, wait_ms=0):
         self._record("dequeue", limit, acks)
         with self.lock:
             return [self.pending.popleft() for _ in range(min(limit, len(self.pending)))]

@@ -69,6 +69,14 @@ SELECT {part} AS part,
     (SELECT MIN(updated_at) FROM {table} WHERE state = 2) AS oldest2,
     (SELECT MIN(updated_at) FROM {table} WHERE state = 3) AS oldest3
 
+-- name: table_ages
+-- As table_stats without the counts (`queue_stats` with cap 0, the janitor's read): the oldest
+-- updated_at of IN_PROGRESS, SUCCEEDED and FAILED jobs.
+SELECT {part} AS part,
+    (SELECT MIN(updated_at) FROM {table} WHERE state = 1) AS oldest1,
+    (SELECT MIN(updated_at) FROM {table} WHERE state = 2) AS oldest2,
+    (SELECT MIN(updated_at) FROM {table} WHERE state = 3) AS oldest3
+
 -- name: scan_current
 -- One page of jobs in :state with run_after <= :now strictly after the bound
 -- (:ra, :id) in (run_after DESC, local_id DESC) order; the body only when :with_body is 1.
@@ -105,3 +113,8 @@ LIMIT :limit
 -- Delete the given jobs if they are still in :state (`+state`: look them up by primary key).
 DELETE FROM {table}
 WHERE local_id IN ({ids}) AND +state = :state
+
+-- name: next_due
+-- The earliest run_after of the table's PENDING jobs (NULL when none): one index seek on the
+-- (state, run_after, local_id) index. The long-poll watcher asks this instead of a dequeue.
+SELECT MIN(run_after) FROM {table} WHERE state = 0

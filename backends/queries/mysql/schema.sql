@@ -39,6 +39,64 @@ CREATE TABLE IF NOT EXISTS {table} (
     KEY updated (state, updated_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin ROW_FORMAT=DYNAMIC
 
+-- name: create_ledger_table
+-- One queue's ledger (queries/common/ledger.sql), in the queue's database, so it leaves with
+-- the queue's tables. A journal: every write transaction inserts one row of its counts
+-- (ledger_add), so no two transactions ever wait for the same ledger row, and a transaction
+-- its client abandoned (a server killed mid-call, whose session MySQL keeps until it notices)
+-- locks only its own row; the janitor folds the rows (ledger_fold_*). Row 1 is reserved for
+-- the opening balance of a queue created before the ledger (ids start at 2).
+CREATE TABLE IF NOT EXISTS {table} (
+    slot BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+    enqueued BIGINT NOT NULL DEFAULT 0,
+    deduplicated BIGINT NOT NULL DEFAULT 0,
+    dequeued BIGINT NOT NULL DEFAULT 0,
+    succeeded BIGINT NOT NULL DEFAULT 0,
+    failed BIGINT NOT NULL DEFAULT 0,
+    retried BIGINT NOT NULL DEFAULT 0,
+    reclaimed BIGINT NOT NULL DEFAULT 0,
+    deleted BIGINT NOT NULL DEFAULT 0,
+    purged BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (slot)
+) ENGINE=InnoDB AUTO_INCREMENT=2
+
+-- name: ledger_seed
+-- The opening balance of a queue that held jobs before it had a ledger (the jobs present
+-- then), in the reserved row 1 unless it is there.
+INSERT IGNORE INTO {table} (slot, enqueued) VALUES (1, :enqueued)
+
+-- name: ledger_add
+-- overrides: a journal row per transaction (see create_ledger_table), not an UPDATE of a row
+-- that concurrent (or abandoned) transactions would lock
+INSERT INTO {table}
+    (enqueued, deduplicated, dequeued, succeeded, failed, retried, reclaimed, deleted, purged)
+VALUES (:enqueued, :deduplicated, :dequeued, :succeeded, :failed, :retried, :reclaimed,
+        :deleted, :purged)
+
+-- name: ledger_fold_last
+-- The last of the first :limit journal rows, and how many rows that is (what one fold takes).
+SELECT MAX(slot), COUNT(*) FROM (SELECT slot FROM {table} ORDER BY slot LIMIT :limit) AS first
+
+-- name: ledger_fold_sum
+-- The sums of the journal rows up to :last, read with their locks (a row of a transaction not
+-- yet committed is waited for, never left out).
+SELECT COALESCE(SUM(enqueued), 0), COALESCE(SUM(deduplicated), 0), COALESCE(SUM(dequeued), 0),
+       COALESCE(SUM(succeeded), 0), COALESCE(SUM(failed), 0), COALESCE(SUM(retried), 0),
+       COALESCE(SUM(reclaimed), 0), COALESCE(SUM(deleted), 0), COALESCE(SUM(purged), 0)
+FROM {table} WHERE slot <= :last FOR UPDATE
+
+-- name: ledger_fold_set
+-- Row :last becomes the sums of every row up to it.
+UPDATE {table}
+SET enqueued = :enqueued, deduplicated = :deduplicated, dequeued = :dequeued,
+    succeeded = :succeeded, failed = :failed, retried = :retried, reclaimed = :reclaimed,
+    deleted = :deleted, purged = :purged
+WHERE slot = :last
+
+-- name: ledger_fold_delete
+-- The rows folded into row :last.
+DELETE FROM {table} WHERE slot < :last
+
 -- name: create_settings_database
 -- The shard's own database, <prefix>_<shard>, for the runtime queue settings: queue databases
 -- are <prefix>_<shard>_<queue>, so this name is never taken for a queue (nor listed as one).

@@ -44,18 +44,31 @@ WHERE local_id IN ({ids}) AND state = 1
        OR (:claim IS NULL
            AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY)))
 
--- name: ack_failure
--- IN_PROGRESS jobs with a matching claim -> PENDING (one attempt used, run_after = :now +
--- :delay, claim cleared) when more than one attempt remains, else FAILED with none; append
--- status.
+-- name: ack_failure_retry
+-- IN_PROGRESS jobs with a matching claim and more than one attempt left -> PENDING (one
+-- attempt used, run_after = :now + :delay, claim cleared); append status. ack_failure_final
+-- takes the others of the same acks, so the ledger counts retried and failed apart.
 UPDATE {table}
-SET state = CASE WHEN attempts_remaining > 1 THEN 0 ELSE 3 END,
-    run_after = CASE WHEN attempts_remaining > 1 THEN :now + :delay ELSE run_after END,
-    claim = CASE WHEN attempts_remaining > 1 THEN NULL ELSE claim END,
+SET state = 0,
+    run_after = :now + :delay,
+    claim = NULL,
     custom_status = RIGHT(CONCAT(custom_status, :status), :cap),
     updated_at = :now,
-    attempts_remaining = CASE WHEN attempts_remaining > 1 THEN attempts_remaining - 1 ELSE 0 END
-WHERE local_id IN ({ids}) AND state = 1
+    attempts_remaining = attempts_remaining - 1
+WHERE local_id IN ({ids}) AND state = 1 AND attempts_remaining > 1
+  AND (CAST(claim AS BINARY) = CAST(:claim AS BINARY)
+       OR (:claim IS NULL
+           AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY)))
+
+-- name: ack_failure_final
+-- IN_PROGRESS jobs with a matching claim and at most one attempt left -> FAILED with none
+-- left; append status; the claim stays for lookups.
+UPDATE {table}
+SET state = 3,
+    custom_status = RIGHT(CONCAT(custom_status, :status), :cap),
+    updated_at = :now,
+    attempts_remaining = 0
+WHERE local_id IN ({ids}) AND state = 1 AND attempts_remaining <= 1
   AND (CAST(claim AS BINARY) = CAST(:claim AS BINARY)
        OR (:claim IS NULL
            AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY)))

@@ -107,3 +107,32 @@ SELECT queue_id, name FROM queues
 -- name: job_tables
 -- Names of the job tables that exist in this file.
 SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'q%'
+
+-- name: used_tables
+-- The AUTOINCREMENT tables that ever held a row (SQLite keeps their last id here): a job table
+-- missing from it has never had a job, so queue_stats need not read it.
+SELECT name FROM sqlite_sequence
+
+-- name: create_ledger_table
+-- One queue's ledger (queries/common/ledger.sql): SQLite has one writer at a time, so one slot.
+CREATE TABLE IF NOT EXISTS {table} (
+    slot INTEGER PRIMARY KEY,
+    enqueued INTEGER NOT NULL DEFAULT 0,
+    deduplicated INTEGER NOT NULL DEFAULT 0,
+    dequeued INTEGER NOT NULL DEFAULT 0,
+    succeeded INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    retried INTEGER NOT NULL DEFAULT 0,
+    reclaimed INTEGER NOT NULL DEFAULT 0,
+    deleted INTEGER NOT NULL DEFAULT 0,
+    purged INTEGER NOT NULL DEFAULT 0
+)
+
+-- name: table_probe
+-- Fails with "no such table" unless {table} exists (a lookup in the schema, not a scan).
+SELECT 1 FROM {table} LIMIT 0
+
+-- name: ledger_seed
+-- A slot's row unless it exists: :enqueued 0, or the opening balance of a queue that held
+-- jobs before it had a ledger (the jobs present then).
+INSERT OR IGNORE INTO {table} (slot, enqueued) VALUES (:slot, :enqueued)

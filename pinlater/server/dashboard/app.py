@@ -53,6 +53,7 @@ MAX_FIELDS = 20
 #: flash messages kept (one per session at most, taken by the next page)
 MAX_FLASHES = 1000
 _INT = re.compile(r"[0-9]{1,18}", re.ASCII)
+_NEXT = re.compile(r"/ui/(?![/\\])[!-~]{0,500}", re.ASCII)
 _NUMBER = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?", re.ASCII)
 _ACTIONS = ("pause", "resume", "retry", "delete-jobs")
 _BOOLS = {"true": True, "on": True, "1": True, "false": False, "0": False, "": False}
@@ -185,6 +186,9 @@ class Dashboard:
 
     def _check_post(self, request: Request, principal: Principal | None, public: bool) -> None:
         origin = request.headers.get("Origin")
+        # "null" is what a browser sends for this server's own forms: every page is served
+        # with Referrer-Policy: no-referrer, which makes form POSTs carry `Origin: null`. The
+        # CSRF token (and the SameSite=Strict cookie) still stand for every action.
         if origin is not None and origin != "null" and not same_origin(origin, request):
             raise AuthError(403, "forbidden_origin", f"cross-origin request from {origin!r}")
         if public:
@@ -513,13 +517,9 @@ def _local(request: Request) -> str:
 
 
 def _next(target: str | None) -> str:
-    """Where to go after the login: a dashboard path of this server, never elsewhere."""
-    if (
-        target
-        and target.startswith(PREFIX + "/")
-        and not target.startswith("//")
-        and ("\\" not in target)
-    ):
+    """Where to go after the login: a dashboard path of this server (printable ASCII, so it
+    can never leave the server or break out of the Location header), else the overview."""
+    if target and _NEXT.fullmatch(target):
         return target
     return PREFIX + "/"
 

@@ -103,33 +103,36 @@ def number(value: float | int | None) -> str:
 
 def sparkline(series: Mapping[str, Sequence[float]], width: int = 120, height: int = 28) -> Markup:
     """An inline SVG of the enqueued and dequeued rates (one polyline each, oldest left),
-    scaled to the larger peak; empty when there is no sample yet."""
-    lines = [("enqueued", "spark-enq"), ("dequeued", "spark-deq")]
-    values = [list(series.get(event, ())) for event, _ in lines]
-    samples = max((len(v) for v in values), default=0)
+    scaled to the larger peak; empty when there is no sample yet. Built with plain string
+    formatting (numbers only, nothing to escape): the overview draws one per queue."""
+    enqueued = list(series.get("enqueued", ()))
+    dequeued = list(series.get("dequeued", ()))
+    samples = max(len(enqueued), len(dequeued))
     if samples < 2:
         return Markup('<span class="muted">no samples yet</span>')
-    peak = max((max(v) for v in values if v), default=0.0) or 1.0
-    step = width / (samples - 1)
-    polylines = []
-    for points, (event, css) in zip(values, lines, strict=True):
-        coords = " ".join(
-            f"{i * step:.1f},{height - 1 - (v / peak) * (height - 2):.1f}"
-            for i, v in enumerate(points)
-        )
-        polylines.append(
-            fill(
-                '<polyline class="$css" points="$coords"><title>$event</title></polyline>',
-                css=css,
-                coords=coords,
-                event=event,
-            )
-        )
-    return fill(
-        '<svg class="spark" viewBox="0 0 $w $h" width="$w" height="$h" role="img" '
-        'aria-label="$label">$lines</svg>',
-        w=width,
-        h=height,
-        label=f"enqueued and dequeued per second, peak {number(peak)}/s",
-        lines=join(polylines),
+    peak = max(max(enqueued, default=0.0), max(dequeued, default=0.0))
+    # coordinates in tenths of a pixel (viewBox scaled by 10), so each is a plain integer
+    xs = _x_positions(samples, width * 10)
+    base = height * 10 - 10
+
+    def points(values: list[float]) -> str:
+        if not peak or not any(values):
+            return f"0,{base} {width * 10},{base}"
+        scale = (height * 10 - 20) / peak
+        return " ".join([f"{x},{int(base - v * scale)}" for x, v in zip(xs, values, strict=False)])
+
+    label = f"enqueued and dequeued per second, peak {number(peak)}/s"
+    return Markup(
+        f'<svg class="spark" viewBox="0 0 {width * 10} {height * 10}" width="{width}" '
+        f'height="{height}" '
+        f'role="img" aria-label="{esc(label)}">'
+        f'<polyline class="spark-enq" points="{points(enqueued)}"><title>enqueued</title>'
+        f'</polyline><polyline class="spark-deq" points="{points(dequeued)}"><title>dequeued'
+        "</title></polyline></svg>"
     )
+
+
+@cache
+def _x_positions(samples: int, width: int) -> tuple[int, ...]:
+    step = width / (samples - 1)
+    return tuple(int(i * step) for i in range(samples))

@@ -15,6 +15,7 @@ from pinlater.ops.job_view import escape_bytes
 from pinlater.ops.metrics import DEPTH_STATES
 from pinlater.server.dashboard.markup import (
     Markup,
+    esc,
     fill,
     join,
     number,
@@ -110,29 +111,23 @@ def overview(
 
 
 def _overview_row(q: Mapping[str, Any]) -> Markup:
-    totals = q["totals"] or {}
+    """One queue's row (f-strings with esc(): the overview renders one per queue, so this
+    path is kept cheap; every value still goes through esc)."""
+    totals = q["totals"]
     rates = q["rates"]
-    cells = [
-        fill(
-            '<td class="num" data-state="$s">$v</td>',
-            s=s,
-            v=number(totals.get(s)) if q["totals"] is not None else "…",
-        )
+    cells = "".join(
+        f'<td class="num" data-state="{s}">{esc(number(totals.get(s)) if totals else "…")}</td>'
         for s in DEPTH_STATES
-    ]
-    rate_cells = [
-        fill('<td class="num">$v</td>', v=number(rates[event]["1m"]))
+    )
+    rate_cells = "".join(
+        f'<td class="num">{esc(number(rates[event]["1m"]))}</td>'
         for event in ("enqueued", "dequeued", "acked_succeeded", "acked_failed")
-    ]
-    return fill(
-        '<tr data-queue="$name"><td class="qname">$link</td><td>$badges</td>$cells$rates'
-        "<td>$chart</td></tr>",
-        name=q["name"],
-        link=link(queue_url(q["name"]), q["name"]),
-        badges=badges(q),
-        cells=join(cells),
-        rates=join(rate_cells),
-        chart=sparkline(q.get("series", {})),
+    )
+    name = esc(q["name"])
+    href = esc(queue_url(q["name"]))
+    return Markup(
+        f'<tr data-queue="{name}"><td class="qname"><a href="{href}">{name}</a></td>'
+        f"<td>{badges(q)}</td>{cells}{rate_cells}<td>{sparkline(q.get('series', {}))}</td></tr>"
     )
 
 

@@ -89,3 +89,23 @@ def dequeue_limit_zero_touches_nothing(kit: Kit) -> None:
     assert kit.shard.delete_jobs(QUEUE, PENDING, 1, 0, None) == 0
     assert kit.shard.delete_jobs(QUEUE, PENDING, 1, 0, lambda b: True) == 0
     assert kit.count() == 2
+
+
+@check(rule="W-wait-for-job")
+def next_due_counts_down_to_the_earliest_pending_job(kit: Kit) -> None:
+    shard = kit.shard
+    assert shard.next_due_ms(QUEUE) is None
+    now = shard.now_ms()
+    kit.enqueue(b"later", priority=3, run_after_ms=now + HOUR_MS)
+    due = shard.next_due_ms(QUEUE)
+    assert due is not None and HOUR_MS - 60_000 < due <= HOUR_MS
+    kit.enqueue(b"sooner", priority=2, run_after_ms=now + 60_000)
+    due = shard.next_due_ms(QUEUE)
+    assert due is not None and 0 < due <= 60_000
+    kit.advance(61_000)
+    assert shard.next_due_ms(QUEUE) == 0
+    assert [j.body for j in kit.dequeue(priority=2)] == [b"sooner"]
+    due = shard.next_due_ms(QUEUE)  # IN_PROGRESS jobs do not count
+    assert due is not None and HOUR_MS - 120_000 < due <= HOUR_MS - 61_000 + 1000
+    kit.enqueue(b"now")
+    assert shard.next_due_ms(QUEUE) == 0

@@ -41,6 +41,7 @@ _UNKNOWN_QUEUE_CALLS: dict[str, Callable[[Shard], Any]] = {
     "reclaim-expired": lambda s: s.reclaim_expired("nope", 1, 1000, 10),
     "purge": lambda s: s.purge("nope", 1, SUCCEEDED, 1000, 10),
     "purge-keys": lambda s: s.purge_keys("nope", 10),
+    "next-due": lambda s: s.next_due_ms("nope"),
 }
 
 

@@ -1,0 +1,121 @@
+"""The empty-partition map (pinlater/storage/empty_partitions.py): what it marks and forgets,
+and, with several servers' stores over the same SQLite shards and enqueues mixed across them
+(Hypothesis), that it never hides a job longer than its TTL."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends.sqlite import SQLiteBackend
+from pinlater.storage.contract import StorageLimits
+from pinlater.storage.empty_partitions import EmptyPartitions
+from pinlater.storage.models import NewJob
+from pinlater.storage.sharded import ShardedBackend
+
+TTL = 2.0
+PRIORITIES = 2
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_partition_found_empty_is_skipped_until_its_ttl_or_a_change():
+    clock = Clock()
+    empty = EmptyPartitions(TTL, clock)
+    empty.observed("q", "a", 1, 0, empty.epoch("q"), clock.now)
+    assert empty.skip("q", "a", 1) and not empty.skip("q", "a", 2) and not empty.skip("q", "b", 1)
+    clock.now += TTL - 0.01
+    assert empty.skip("q", "a", 1)
+    clock.now += 0.01
+    assert not empty.skip("q", "a", 1), "expired TTL after the call began"
+    empty.observed("q", "a", 1, 0, empty.epoch("q"), clock.now)
+    empty.forget("q", ["a"], [2])
+    assert empty.skip("q", "a", 1), "a change at another priority leaves it"
+    empty.forget("q", ["a"], [1])
+    assert not empty.skip("q", "a", 1)
+    assert (empty.calls, empty.empty_calls) == (2, 2)
+
+
+def test_a_call_that_raced_a_change_marks_nothing():
+    clock = Clock()
+    empty = EmptyPartitions(TTL, clock)
+    epoch = empty.epoch("q")  # the dequeue begins...
+    empty.forget("q", ["a"], [1])  # ...an enqueue lands meanwhile...
+    empty.observed("q", "a", 1, 0, epoch, clock.now)  # ...and the call saw nothing
+    assert not empty.skip("q", "a", 1)
+    empty.observed("q", "a", 1, 3, empty.epoch("q"), clock.now)
+    assert not empty.skip("q", "a", 1), "a call that found jobs marks nothing"
+
+
+def test_ttl_zero_never_skips_but_still_counts():
+    empty = EmptyPartitions(0, Clock())
+    empty.observed("q", "a", 1, 0, empty.epoch("q"), 0.0)
+    assert not empty.enabled and not empty.skip("q", "a", 1)
+    assert empty.empty_calls == 1
+
+
+@pytest.fixture
+def servers(tmp_path):
+    """Three stores (three servers) over the same two SQLite shards, their maps on one
+    fake clock."""
+    options = SQLiteBackend.parse_options({"data_dir": str(tmp_path)}, "backend")
+    specs = SQLiteBackend.parse_shards([{"name": "a"}, {"name": "b"}], options, "shards")
+    clock = Clock()
+    stores = []
+    for seed in range(3):
+        store = ShardedBackend(
+            SQLiteBackend(options, StorageLimits(num_priorities=PRIORITIES)),
+            specs,
+            num_priorities=PRIORITIES,
+            rng=random.Random(seed),
+        )
+        store.empty = EmptyPartitions(TTL, clock)
+        stores.append(store)
+    yield stores, clock
+    for store in stores:
+        store.close()
+
+
+_OPS = st.one_of(
+    st.tuples(st.just("enqueue"), st.integers(0, 2), st.integers(1, PRIORITIES)),
+    st.tuples(st.just("dequeue"), st.integers(0, 2), st.integers(1, 3)),
+    st.tuples(st.just("advance"), st.floats(0.2, 2.5), st.just(0)),
+)
+_queues = itertools.count()
+
+
+def test_the_map_never_hides_a_job_longer_than_its_ttl(servers):
+    stores, clock = servers
+
+    @settings(max_examples=150, deadline=None)
+    @given(ops=st.lists(_OPS, min_size=1, max_size=40))
+    def run(ops):
+        queue = f"h{next(_queues)}"
+        stores[0].create_queue(queue)
+        pending: dict[tuple[str, int, int], tuple[int, float]] = {}  # job -> (server, at)
+        for op, a, b in ops:
+            if op == "advance":
+                clock.now += a
+            elif op == "enqueue":
+                [d] = stores[a].enqueue(queue, [NewJob(b"x", priority=b)])
+                pending[(d.shard, d.priority, d.local_id)] = (a, clock.now)
+            else:
+                got = stores[a].dequeue(queue, b, "w")
+                for d, _ in got:
+                    del pending[(d.shard, d.priority, d.local_id)]
+                if len(got) < b:  # every job left must be one the map may hide from `a`
+                    for job, (origin, at) in pending.items():
+                        assert origin != a, f"{job} enqueued through server {a} was hidden"
+                        assert clock.now - at < TTL, f"{job} hidden {clock.now - at:.2f}s"
+
+    run()
