@@ -78,6 +78,8 @@ _OVERRIDES_LINE = re.compile(r"--\s*overrides:\s*(\S.*?)\s*$")
 #: id lists are padded to a power of two up to this size (few distinct statement texts)
 MAX_ID_LIST = 1024
 _STATS_TRIES = 3
+#: key tables one statement of `queue_stats` reads (key_stats is one small select per table)
+KEY_STATS_STEP = 50
 #: `:inline` when no budget bounds a call: every body is read by the first select
 _ALL_INLINE = 2**62
 _NO_ID = -1  # padding id: no job has it
@@ -770,7 +772,9 @@ class SQLShard(Shard):
             key_tables = [(q, t) for q, (_, t) in layout.items() if t is not None]
             firsts = {
                 chunk[row[0]][0]: row[1]
-                for chunk, rows in self._union_rows(cur, "key_stats", key_tables, {})
+                for chunk, rows in self._union_rows(
+                    cur, "key_stats", key_tables, {}, KEY_STATS_STEP
+                )
                 for row in rows
             }
         return {
@@ -779,12 +783,17 @@ class SQLShard(Shard):
         }
 
     def _union_rows(
-        self, cur: Any, name: str, parts: Sequence[tuple], params: Mapping[str, Any]
+        self,
+        cur: Any,
+        name: str,
+        parts: Sequence[tuple],
+        params: Mapping[str, Any],
+        step: int | None = None,
     ) -> Iterator[tuple[Sequence[tuple], list]]:
         """(chunk, its rows) of query `name` over the tables that end each tuple of `parts`,
-        `stats_tables_per_statement` tables per statement; a row's first column is its index
-        in the chunk."""
-        step = self.stats_tables_per_statement
+        `step` (default `stats_tables_per_statement`) tables per statement; a row's first
+        column is its index in the chunk."""
+        step = step or self.stats_tables_per_statement
         for start in range(0, len(parts), step):
             chunk = parts[start : start + step]
             sql = self.queries.union_all(name, [part[-1] for part in chunk])

@@ -32,7 +32,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +163,7 @@ class SQLiteShard(SQLShard):
         self._idle: list[sqlite3.Connection] = []
         #: queue_stats' own connection (see _stats_read) and its lock
         self._stats_conn: sqlite3.Connection | None = None
+        self._keyed_seen: set[int] = set()  # queue ids known to have a key table
         self._stats_lock = threading.Lock()
         self._writer = GroupCommit(self.name, self._connect, self._translate)
         self._lock = threading.Lock()
@@ -333,24 +334,33 @@ class SQLiteShard(SQLShard):
 
     def _stats_tables(self, cur: Any, queues: Sequence[str]) -> dict[str, StatsTables]:
         wanted = set(queues)
-        ids = {
-            name: queue_id
-            for queue_id, name in cur.execute(self.queries.render("queue_list"))
-            if name in wanted
-        }
-        existing = {row[0] for row in cur.execute(self.queries.render("job_tables"))}
+        registry = dict(cur.execute(self.queries.render("queue_list")).fetchall())
+        ids = {name: queue_id for queue_id, name in registry.items() if name in wanted}
+        keyed = self._keyed_queues(cur, set(registry), ids.values())
         # a job table that never held a job is empty: not read at all (with many idle queues
         # most are, and each read is a statement to prepare)
         used = {row[0] for row in cur.execute(self.queries.render("used_tables"))}
         found: dict[str, StatsTables] = {}
         for name, queue_id in ids.items():
             tables = {p: f"q{queue_id}_p{p}" for p in range(1, self.limits.num_priorities + 1)}
-            keys = _key_table_name(queue_id)
             found[name] = (
                 {p: (table,) for p, table in tables.items() if table in used},
-                (keys,) if keys in existing else None,
+                (_key_table_name(queue_id),) if queue_id in keyed else None,
             )
         return found
+
+    def _keyed_queues(self, cur: Any, registered: set[int], ids: Iterable[int]) -> set[int]:
+        """The queue ids among `ids` that have a unique-key table (queues created before
+        unique keys may not). A key table lasts as long as its queue id (a queue created again
+        gets a new one), so the answer is remembered and the schema, a scan of every table and
+        index, is read only for ids not seen before. Called under `_stats_lock`."""
+        seen = self._keyed_seen & registered  # forget deleted queues
+        new = [queue_id for queue_id in ids if queue_id not in seen]
+        if new:
+            existing = {row[0] for row in cur.execute(self.queries.render("job_tables"))}
+            seen |= {queue_id for queue_id in new if _key_table_name(queue_id) in existing}
+        self._keyed_seen = seen
+        return seen
 
     def _queue_id(self, cur: sqlite3.Cursor, queue: str) -> int:
         row = cur.execute(self.queries.render("queue_id"), {"name": queue}).fetchone()

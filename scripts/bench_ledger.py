@@ -50,7 +50,7 @@ def baseline_commit() -> str:
 
 
 @contextlib.contextmanager
-def baseline_tree(directory: str | None):
+def baseline_tree(directory: str | None, ref: str | None):
     if directory:
         yield Path(directory)
         return
@@ -58,7 +58,7 @@ def baseline_tree(directory: str | None):
         tree = Path(tmp) / "tree"
         git = ["git", "-C", str(ROOT)]
         subprocess.run(
-            [*git, "worktree", "add", "--detach", str(tree), baseline_commit()],
+            [*git, "worktree", "add", "--detach", str(tree), ref or baseline_commit()],
             check=True,
             capture_output=True,
         )
@@ -149,6 +149,12 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--baseline-dir", help="a checkout without the ledger")
+    parser.add_argument(
+        "--baseline",
+        help="the commit to compare with (default: the parent of the commit that added the "
+        "ledger; a later commit without the ledger, e.g. origin/main before it was merged, "
+        "leaves out the other changes in between)",
+    )
     parser.add_argument("--in-process-only", action="store_true")
     args = parser.parse_args()
     in_process(max(args.rounds * 2, 6))
@@ -159,7 +165,7 @@ def main() -> int:
         f"batch {args.batch}, concurrency {args.concurrency}, {args.jobs} jobs per mode, "
         f"{args.rounds} rounds; dequeue = dequeue + ack"
     )
-    with baseline_tree(args.baseline_dir) as base:
+    with baseline_tree(args.baseline_dir, args.baseline) as base:
         trees = {"ledger": ROOT, "baseline": base}
         for backend in backends:
             rates: dict[tuple[str, str], list[float]] = {}

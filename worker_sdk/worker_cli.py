@@ -97,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="on SIGTERM, how long running jobs may take to finish (30s)",
     )
     p.add_argument("--max-batch", type=int, default=1000, help="most jobs per dequeue (1000)")
+    p.add_argument(
+        "--long-poll",
+        type=_duration,
+        default=1.0,
+        help="how long the server may hold an idle dequeue for a job (1s; 0: poll instead)",
+    )
     p.add_argument("--source", help=f"RequestContext source ({SERVICE}:HOSTNAME)")
     p.add_argument("--timeout", type=_duration, default=10.0, help="per-call timeout (10s)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (INFO)")
@@ -252,6 +258,7 @@ def _work(args, err: TextIO, handler, retry, log_handler: _StatusAwareHandler) -
         max_prefetch=args.max_prefetch,
         prefetch_wait=args.prefetch_wait,
         wait_for_queue=args.wait_for_queue,
+        long_poll=args.long_poll,
     )
     show_status = args.status if args.status is not None else err.isatty()
     status = StatusLine(err, worker) if show_status else None

@@ -21,7 +21,7 @@ from pinlater.errors import (
 from pinlater.handler import validation as check
 from pinlater.handler.body_filter import compile_body_filter
 from pinlater.handler.boundary import rpc, wire_error
-from pinlater.handler.context import current_peer
+from pinlater.handler.context import current_peer, peer_alive_check
 from pinlater.handler.context import deferred_allowed as context_allows_deferred
 from pinlater.handler.longpoll import ParkedDequeues, Waiter
 from pinlater.handler.observer import RequestObserver
@@ -177,6 +177,7 @@ class PinLaterHandler:
             lambda: self._dequeue_again(queue, limit, source, coverage),
             parking.clock() + wait_ms / 1000,
             wire.PinLaterDequeueResponse,
+            alive=peer_alive_check(),
         )
         deferred = parking.park(waiter, generation)
         return deferred if context_allows_deferred() else deferred.wait()

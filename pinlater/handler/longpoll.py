@@ -80,6 +80,8 @@ class Waiter:
     parked: bool = False
     #: its deadline is in the timer's heap (pushed once per deadline)
     timed: bool = False
+    #: whether its client is still connected (None: assumed); one that left gets no attempt
+    alive: Callable[[], bool] | None = None
 
 
 class ParkedDequeues:
@@ -173,6 +175,10 @@ class ParkedDequeues:
             waiter.deferred.resolve(waiter.empty())
 
     def _attempt(self, waiter: Waiter) -> None:
+        if waiter.alive is not None and not waiter.alive():
+            self._answer_empty(waiter)  # its client left: claim nothing for nobody
+            self.wake(waiter.queue, 1)  # the wake-up it took goes to the next waiter
+            return
         generation = self.signals.generation(waiter.queue)
         try:
             reply, handed_out = waiter.attempt()

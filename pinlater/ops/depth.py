@@ -60,7 +60,8 @@ class DepthCollector:
         self.cap = cap
         self.sweep = Sweep(queues_per_tick, interval)
         self._queues: list[str] = []  # listed at the start of the current sweep
-        self._snapshot: Counts = {}
+        #: the last counts by queue: a tick replaces its queues' entries, not the whole map
+        self._by_queue: dict[str, Counts] = {}
         self._refreshed_at = 0.0
         self._lock = threading.Lock()
         self.errors = Counter(
@@ -103,12 +104,18 @@ class DepthCollector:
             self.errors.inc()
             log.debug("queue depth of %d queues not refreshed: %s", len(queues), exc)
             return
-        batch = set(queues)
         known = self.metrics.queues.known
-        with self._lock:  # a queue forgotten since the listing (deleted) gets no gauges again
-            snapshot = {k: v for k, v in self._snapshot.items() if k[0] not in batch}
-            snapshot.update((k, v) for k, v in counts.items() if known(k[0]))
-            self._snapshot = snapshot
+        with self._lock:  # a queue forgotten since the listing (deleted) gets no gauges again:
+            # checked under the lock, so a forget either comes first or cleans up after this
+            fresh: dict[str, Counts] = {}
+            for key, value in counts.items():
+                if known(key[0]):
+                    fresh.setdefault(key[0], {})[key] = value
+            by_queue = dict(self._by_queue)
+            for queue in queues:
+                by_queue.pop(queue, None)
+            by_queue.update(fresh)
+            self._by_queue = by_queue
 
     def _read(self, queues: Sequence[str], strict: bool) -> Counts:
         """Counts of `queues` summed over the shards (one queue_stats call per shard), each
@@ -135,12 +142,17 @@ class DepthCollector:
     def _forget(self, queue: str) -> None:
         """Drop a deleted queue's gauges at once (not at the next sweep)."""
         with self._lock:
-            self._snapshot = {k: v for k, v in self._snapshot.items() if k[0] != queue}
+            by_queue = dict(self._by_queue)
+            by_queue.pop(queue, None)
+            self._by_queue = by_queue
 
     def snapshot(self) -> tuple[Counts, float]:
         """The last counts: {(queue, state, priority): jobs} and the time the last sweep
         ended (epoch s, 0 before the first). The admin API's queue overview reads it."""
-        return self._snapshot, self._refreshed_at
+        return self._flat(), self._refreshed_at
+
+    def _flat(self) -> Counts:
+        return {key: n for counts in self._by_queue.values() for key, n in counts.items()}
 
     def counts_of(self, queue: str) -> Counts:
         """One queue's counts read now (the admin API's queue view); raises like the store."""
@@ -157,7 +169,7 @@ class DepthCollector:
         )
         labelled: Counts = {}  # queues past metrics.max_queues add up under one label
         label = self.metrics.queues.label
-        for (queue, state, priority), value in self._snapshot.items():
+        for (queue, state, priority), value in self._flat().items():
             name = label(queue)
             if name != NO_QUEUE:  # a queue forgotten meanwhile
                 labelled[(name, state, priority)] = labelled.get((name, state, priority), 0) + value

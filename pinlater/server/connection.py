@@ -204,7 +204,7 @@ class Connection:
             slots = self.server.enqueue_slots  # kept for enqueues: no dequeue delays them
         slots.get()
         try:
-            return self.server.dispatcher.dispatch(payload, self.send_reply)[1]
+            return self.server.dispatcher.dispatch(payload, self.send_reply, self.peer_alive)[1]
         finally:
             slots.put(None)
 
@@ -287,6 +287,18 @@ class Connection:
             self._write_later(memoryview(data)[sent:])
         else:
             self._park()
+
+    def peer_alive(self) -> bool:
+        """Whether the client is still connected (for a deferred request, whose socket nobody
+        reads): a peek at the raw socket, non-blocking; False once it closed or failed."""
+        if self.state == CLOSED:
+            return False
+        try:  # the plain socket's recv, also under TLS (raw bytes: b"" still means closed)
+            return socket.socket.recv(self.sock, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
 
     def hand_over(self) -> None:
         """The selector gives the connection to a pool thread (it is busy until that thread

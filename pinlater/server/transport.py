@@ -375,13 +375,17 @@ class Dispatcher:
         self._on_reject = on_reject
 
     def dispatch(
-        self, payload: bytes, reply_later: Callable[[bytes], None] | None = None
+        self,
+        payload: bytes,
+        reply_later: Callable[[bytes], None] | None = None,
+        peer_alive: Callable[[], bool] | None = None,
     ) -> tuple[str, bytes | None]:
         """(method name, reply payload without frame header). Raises MalformedRequest when the
         message header cannot be read (the frame boundary is fine but the content is not
         Thrift). With `reply_later`, the handler may answer later (a parked long-poll
         dequeue returns a `Deferred`): the reply is then None here and `reply_later(payload)`
-        is called with it, from whichever thread resolves it; without, it is waited for."""
+        is called with it, from whichever thread resolves it; without, it is waited for.
+        `peer_alive()` tells a parked request whether its client is still there."""
         iprot = _decoder(payload)
         try:
             name, msg_type, seqid = iprot.read_message_begin()
@@ -411,7 +415,7 @@ class Dispatcher:
             return name, encode_exception(
                 name, seqid, TApplicationException(TApplicationException.PROTOCOL_ERROR, detail)
             )
-        handler_context.allow_deferred(reply_later is not None)
+        handler_context.allow_deferred(reply_later is not None, peer_alive)
         try:
             reply = self._call(name, seqid, args, result_cls(), arg_names, reply_later)
         finally:

@@ -386,7 +386,7 @@ class DeferringDispatcher:
         self.real = Dispatcher(PinLater, handler)
         self.held: list = []
 
-    def dispatch(self, payload: bytes, reply_later=None):
+    def dispatch(self, payload: bytes, reply_later=None, peer_alive=None):
         name, reply = self.real.dispatch(payload)
         if b"defer_" not in payload:
             return name, reply

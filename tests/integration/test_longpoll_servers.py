@@ -15,6 +15,7 @@ from tests.support.longpoll import park_dequeues, read_answers
 from tests.support.server_process import ServerProcess
 from tests.support.storage import KINDS, backend_section
 from worker_sdk.client import PinLaterClient
+from worker_sdk.models import JobState
 
 #: long enough that only a wake-up (not the wait ending) explains an answer well within it
 LONG_WAIT_MS = 15_000
@@ -119,3 +120,17 @@ def test_a_shutdown_answers_parked_dequeues_empty_at_once(tmp_path):
             jobs, _ = parked.result()
             assert jobs == []
             assert time.monotonic() - started < LONG_WAIT_MS / 1000 / 2
+
+
+def test_a_parked_dequeue_whose_client_left_claims_nothing(tmp_path):
+    with ServerProcess({"janitor": {"enabled": False}}, tmp_path, name="left") as server:
+        with client_of(server) as client:
+            client.create_queue("lp_left")
+            [gone] = park_dequeues(server, "lp_left", 1, wait_ms=LONG_WAIT_MS)
+            gone.close()  # the worker died while its dequeue was parked
+            time.sleep(0.3)
+            [d] = client.enqueue("lp_left", [b"for a live worker"])
+            time.sleep(0.5)
+            assert client.lookup([d])[d].state is JobState.PENDING, "not claimed for nobody"
+            [job] = client.dequeue("lp_left", 5, wait_ms=LONG_WAIT_MS)
+            assert job.descriptor == d

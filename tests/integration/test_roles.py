@@ -36,10 +36,13 @@ def pools(tmp_path_factory):
             config, tmp, data_dir=data, name="deq", env={"PINLATER_ROLE": "dequeue"}
         ) as dequeue,
     ):
-        yield (
+        clients = (
             PinLaterClient([f"{enqueue.host}:{enqueue.port}"], retries=0),
             PinLaterClient([f"{dequeue.host}:{dequeue.port}"], retries=0),
         )
+        yield clients
+        for client in clients:
+            client.close()
 
 
 def test_each_pool_answers_its_side_and_refuses_the_other_naming_its_role(pools):

@@ -29,7 +29,7 @@ class _Dispatcher:
     def __init__(self, slots, fail=False):
         self.slots, self.fail, self.free_during_call = slots, fail, None
 
-    def dispatch(self, payload, reply_later=None):
+    def dispatch(self, payload, reply_later=None, peer_alive=None):
         self.free_during_call = self.slots.qsize()
         if self.fail:
             raise RuntimeError("handler bug")

@@ -185,14 +185,20 @@ def ledger_balances_under_concurrent_writers_and_readers(kit: Kit) -> None:
             retried(functools.partial(shard.ack, QUEUE, acks[:1], acks[1:]))
             retried(lambda: shard.delete_jobs(QUEUE, SUCCEEDED, 1, 1, None))
 
+    reading = threading.Event()
+
     def reader() -> None:
         shard = kit.open()
         while not stop.is_set():
-            imbalances.append(shard.ledger(QUEUE).imbalance)
+            imbalances.append(retried(lambda: shard.ledger(QUEUE).imbalance))
+            reading.set()
 
     watcher = threading.Thread(target=reader)
     watcher.start()
     try:
+        # the writers start once the reader reads (on a loaded machine they could all finish
+        # before its first read: a check of nothing)
+        assert reading.wait(60), "the reader never read the books"
         run_threads([writer] * 3)
     finally:
         stop.set()
