@@ -82,14 +82,16 @@ class DepthCollector:
             self._refreshed_at = time.time()
 
     def _list_queues(self) -> bool:
-        try:
-            queues = sorted(self.store.queue_names())
-        except Exception as exc:  # noqa: BLE001 - a dead shard must not stop the collector
-            self.errors.inc()
-            log.warning("queue depth: cannot list queues: %s", exc)
-            return False
-        for gone in self.metrics.queues.replace(queues):  # deleted, maybe by another server
-            self.metrics.forget_queue(gone)
+        with self.metrics.queues.listing() as replace:  # keeps what this server did meanwhile
+            try:
+                queues = sorted(self.store.queue_names())
+            except Exception as exc:  # noqa: BLE001 - a dead shard must not stop the collector
+                self.errors.inc()
+                log.warning("queue depth: cannot list queues: %s", exc)
+                return False
+            gone = replace(queues)
+        for queue in gone:  # deleted, maybe by another server
+            self.metrics.forget_queue(queue)
         self._queues = queues
         return True
 
@@ -102,10 +104,13 @@ class DepthCollector:
             self.errors.inc()
             log.debug("queue depth of %d queues not refreshed: %s", len(queues), exc)
             return
-        fresh: dict[str, Counts] = {}
-        for key, value in counts.items():
-            fresh.setdefault(key[0], {})[key] = value
-        with self._lock:
+        known = self.metrics.queues.known
+        with self._lock:  # a queue forgotten since the listing (deleted) gets no gauges again:
+            # checked under the lock, so a forget either comes first or cleans up after this
+            fresh: dict[str, Counts] = {}
+            for key, value in counts.items():
+                if known(key[0]):
+                    fresh.setdefault(key[0], {})[key] = value
             by_queue = dict(self._by_queue)
             for queue in queues:
                 by_queue.pop(queue, None)

@@ -17,9 +17,10 @@ queue and when the depth refresh finds a queue gone (deleted through another ser
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -65,6 +66,9 @@ class QueueLabels:
         self._known: frozenset[str] = frozenset()
         self._own: frozenset[str] = frozenset()  # the known queues with a label of their own
         self._lock = threading.Lock()
+        #: name -> True (added) / False (removed) since the oldest running listing began
+        self._changed: dict[str, bool] = {}
+        self._listings = 0
 
     def label(self, name: object) -> str:
         """`name` if it is a known queue with a label of its own, OTHER_QUEUES for another
@@ -80,18 +84,48 @@ class QueueLabels:
     def add(self, name: str) -> None:
         with self._lock:
             self._set(self._known | {name})
+            if self._listings:
+                self._changed[name] = True
 
     def remove(self, name: str) -> None:
         with self._lock:
             self._set(self._known - {name})
+            if self._listings:
+                self._changed[name] = False
+
+    @contextlib.contextmanager
+    def listing(self) -> Iterator[Callable[[Iterable[str]], frozenset[str]]]:
+        """`with labels.listing() as replace: replace(store.queue_names())`: `replace(names)`
+        makes `names`, plus the adds and removes made since the block began, the known
+        queues, and returns the ones that were known and are not now. (A listing is a picture
+        of when it was read: before, a queue created as the depth collector listed was
+        forgotten again, its requests counted under `queue=""` until the next sweep, and one
+        deleted meanwhile came back.)"""
+        with self._lock:
+            self._listings += 1
+
+        def replace(names: Iterable[str]) -> frozenset[str]:
+            with self._lock:
+                target = set(names)
+                for name, added in self._changed.items():
+                    (target.add if added else target.discard)(name)
+                known = frozenset(target)
+                gone = self._known - known
+                self._set(known)
+            return gone
+
+        try:
+            yield replace
+        finally:
+            with self._lock:
+                self._listings -= 1
+                if not self._listings:
+                    self._changed.clear()
 
     def replace(self, names: Iterable[str]) -> frozenset[str]:
         """Make `names` the known queues; return the ones that were known and are not now."""
-        names = frozenset(names)
-        with self._lock:
-            gone = self._known - names
-            self._set(names)
-        return gone
+        with self.listing() as replace:
+            return replace(names)
 
     def _set(self, known: frozenset[str]) -> None:
         own = self._own & known
