@@ -3,8 +3,9 @@
 Each check of the real (600,000-iteration PBKDF2) admin hash costs ~0.1 s of CPU. 32 threads
 guessing as fast as the server answers; a normal client enqueueing meanwhile is served, most
 guesses are refused before any hashing, and every refusal comes after the refusal delay (the
-tarpit), so the flood makes one guess per connection per delay. `scripts/bench_hostile.py` prints the
-latency figures; this test asserts only that the client is served and the guard works.
+tarpit), so the flood makes one guess per connection per delay. `scripts/bench_hostile.py`
+prints the latency figures; this test asserts only that the client is served and the guard
+works.
 """
 
 from __future__ import annotations
