@@ -157,12 +157,19 @@ def click(browser, css: str) -> None:
 
 
 def _stale(element) -> bool:
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 
     try:
         element.tag_name  # noqa: B018 - touching it raises once the page is gone
     except StaleElementReferenceException:
         return True
+    except WebDriverException as exc:
+        # chromedriver sometimes reports the same as an "unhandled inspector error" ("Node
+        # with given id does not belong to the document") when the page went away between
+        # its lookups
+        if "inspector error" in str(exc) and "given id" in str(exc):
+            return True
+        raise
     return False
 
 
