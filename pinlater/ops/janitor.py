@@ -36,6 +36,21 @@ from pinlater.storage.sharded import ShardedBackend
 log = logging.getLogger(__name__)
 
 
+#: an unchanged queue's ledger journal is still folded every this many janitor visits
+FOLD_EVERY_VISITS = 10
+#: (shard, queue) pairs whose last fold is remembered (beyond it the memory starts afresh)
+MAX_FOLD_MEMORY = 100_000
+
+
+def _fingerprint(stats: QueueStats) -> tuple:
+    """What a write to the queue changes in its stats (not the time they were read at)."""
+    return (
+        tuple(sorted(stats.counts.items())),
+        tuple(sorted(stats.oldest_update.items())),
+        stats.first_key_expiry,
+    )
+
+
 @dataclass
 class JanitorCounts:
     """What one pass did."""
@@ -72,6 +87,8 @@ class Janitor:
         self._max_batches = max_batches_per_step
         self.sweep = Sweep(config.queues_per_tick, config.interval_seconds)
         self._queues: list[str] = []  # listed at the start of the current sweep
+        #: (shard, queue) -> (its stats' fingerprint at the last ledger fold, visits since)
+        self._folded: dict[tuple[str, str], tuple[tuple, int]] = {}
 
     def run_once(self) -> JanitorCounts:
         """One pass over every healthy shard and every queue on it."""
@@ -173,7 +190,7 @@ class Janitor:
                         self._purge(name, queue, priority, state, ttl_ms, counts)
             if stats.first_key_expiry is not None and stats.first_key_expiry <= stats.now_ms:
                 self._purge_keys(name, queue, counts)
-            self._fold_ledger(name, queue)
+            self._fold_ledger(name, queue, stats)
         except QueueNotFound:
             return  # deleted while we were cleaning it
         except QueueContended as exc:  # busy with its own DDL: the shard's other queues go on
@@ -204,15 +221,27 @@ class Janitor:
             if purged < batch:
                 return
 
-    def _fold_ledger(self, name: str, queue: str) -> None:
+    def _fold_ledger(self, name: str, queue: str, stats: QueueStats) -> None:
         """The ledger's journal rows folded into one, batch by batch (the books unchanged);
-        nothing to call where the ledger is no journal."""
+        nothing to call where the ledger is no journal. Only where the queue changed since its
+        last fold (every write that adds a journal row moves its stats), and every
+        FOLD_EVERY_VISITS visits in any case (writes may cancel out in the stats): a fold on
+        every visit made each idle queue one storage call per sweep (300 idle queues on MySQL:
+        275 storage calls a second at a 0.5 s interval, 16 without)."""
         if not self.store.shard(name).ledger_journal:
+            return
+        key, fingerprint = (name, queue), _fingerprint(stats)
+        seen = self._folded.get(key)
+        if seen is not None and seen[0] == fingerprint and seen[1] < FOLD_EVERY_VISITS:
+            self._folded[key] = (fingerprint, seen[1] + 1)
             return
         batch = max(self.config.batch_size, 2)
         for _ in range(self._max_batches):
             if self.store.call(name, lambda s: s.fold_ledger(queue, batch)) < batch - 1:
-                return
+                break
+        if len(self._folded) >= MAX_FOLD_MEMORY:  # deleted queues' entries: start afresh
+            self._folded.clear()
+        self._folded[key] = (fingerprint, 1)
 
     def _purge(
         self,
