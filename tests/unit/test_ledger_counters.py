@@ -1,0 +1,35 @@
+"""The ledger's counter names are one list (pinlater/common/ledger_counters.py): the storage
+keeps and reports them, and `pinlater audit` shows one column for each, in the same order."""
+
+from __future__ import annotations
+
+from backends.sqlite import SQLiteBackend, SQLiteShardSpec
+from pinlater.cli import main as cli_main
+from pinlater.common import ledger_counters
+from pinlater.storage import ledger
+from pinlater.storage.contract import StorageLimits
+from pinlater.storage.models import NewJob
+from pinlater.storage.sharded import ShardedBackend
+
+
+def test_the_storage_and_the_cli_use_the_one_list():
+    assert ledger.COUNTERS is ledger_counters.COUNTERS
+    assert cli_main.LEDGER_COUNTERS is ledger_counters.COUNTERS
+    assert len(set(ledger_counters.COUNTERS)) == len(ledger_counters.COUNTERS)
+
+
+def test_a_book_read_from_real_storage_reports_exactly_the_audit_columns(tmp_path):
+    options = SQLiteBackend.parse_options({"data_dir": str(tmp_path)}, "backend")
+    store = ShardedBackend(
+        SQLiteBackend(options, StorageLimits()), [SQLiteShardSpec(name="1")], num_priorities=1
+    )
+    try:
+        store.create_queue("q")
+        store.enqueue("q", [NewJob(b"x")] * 2)
+        (book,) = store.ledger("q").values()
+        counters = book.as_dict()["counters"]
+        assert isinstance(counters, dict)
+        assert tuple(counters) == cli_main.LEDGER_COUNTERS
+        assert counters["enqueued"] == 2
+    finally:
+        store.close()
