@@ -3,13 +3,11 @@ keeps and reports them, and `pinlater audit` shows one column for each, in the s
 
 from __future__ import annotations
 
-from backends.sqlite import SQLiteBackend, SQLiteShardSpec
 from pinlater.cli import main as cli_main
 from pinlater.common import ledger_counters
 from pinlater.storage import ledger
-from pinlater.storage.contract import StorageLimits
 from pinlater.storage.models import NewJob
-from pinlater.storage.sharded import ShardedBackend
+from tests.support.sqlite_env import sharded_store
 
 
 def test_the_storage_and_the_cli_use_the_one_list():
@@ -19,12 +17,8 @@ def test_the_storage_and_the_cli_use_the_one_list():
 
 
 def test_a_book_read_from_real_storage_reports_exactly_the_audit_columns(tmp_path):
-    options = SQLiteBackend.parse_options({"data_dir": str(tmp_path)}, "backend")
-    store = ShardedBackend(
-        SQLiteBackend(options, StorageLimits()), [SQLiteShardSpec(name="1")], num_priorities=1
-    )
+    store = sharded_store(tmp_path, shards=("1",), num_priorities=1)
     try:
-        store.create_queue("q")
         store.enqueue("q", [NewJob(b"x")] * 2)
         (book,) = store.ledger("q").values()
         counters = book.as_dict()["counters"]
