@@ -169,6 +169,11 @@ def held(job: DequeuedJob) -> ClaimMatch:
     return ClaimMatch(SOURCE, job.claim)
 
 
+def acked(job: DequeuedJob) -> Ack:
+    """The ack a client sends back for `job`: its priority and id, and the claim it was given."""
+    return Ack(job.priority, job.local_id, held(job))
+
+
 def raises(kind: type[E], call: Callable[[], Any]) -> E:
     """The exception `call` raised, which must be a `kind` (plain asserts, no pytest)."""
     try:
