@@ -139,8 +139,8 @@ def fencing_a_stale_worker_cannot_touch_a_reclaimed_and_redequeued_job(kit: Kit)
     kit.advance(60_000)
     assert kit.shard.reclaim_expired(QUEUE, 1, 30_000, 10).retried == 1
     (second,) = kit.dequeue()
-    assert kit.ack([acked(first)]) == 0
-    assert kit.ack(failed=[acked(first)]) == 0
+    assert kit.ack_jobs([first]) == 0
+    assert kit.ack_jobs(failed=[first]) == 0
     assert kit.checkpoint(Checkpoint(1, first.local_id, held(first), move_to_pending=True)) == 0
     record = kit.record(second.local_id)
     assert record.state == IN_PROGRESS and record.claim == second.claim

@@ -13,7 +13,6 @@ from pinlater.storage.shard_kit.kit import (
     QUEUE,
     SUCCEEDED,
     Kit,
-    acked,
 )
 from pinlater.storage.shard_kit.registry import check
 
@@ -73,11 +72,11 @@ def purge_measures_the_ttl_from_updated_at_not_run_after(kit: Kit) -> None:
     kit.enqueue(b"old", b"young", run_after_ms=now - 10 * HOUR_MS)
     kit.enqueue(b"delayed", run_after_ms=now + 10 * HOUR_MS)
     (old,) = kit.dequeue(1)
-    kit.ack([acked(old)])
+    kit.ack_jobs([old])
     assert kit.shard.purge(QUEUE, 1, SUCCEEDED, 60_000, 10) == 0  # run_after is 10 hours ago
     kit.advance(120_000)
     (young,) = kit.dequeue(1)
-    kit.ack([acked(young)])
+    kit.ack_jobs([young])
     assert kit.shard.purge(QUEUE, 1, FAILED, 60_000, 10) == 0  # only the given state
     assert kit.shard.purge(QUEUE, 1, SUCCEEDED, 60_000, 10) == 1
     assert [r.local_id for r in kit.records([1, 2, 3])] == [2, 3]

@@ -141,6 +141,12 @@ class Kit:
     def ack(self, succeeded: Sequence[Ack] = (), failed: Sequence[Ack] = ()) -> int:
         return self.shard.ack(QUEUE, succeeded, failed)
 
+    def ack_jobs(
+        self, succeeded: Sequence[DequeuedJob] = (), failed: Sequence[DequeuedJob] = ()
+    ) -> int:
+        """Acks dequeued jobs the way a client does (`acked`)."""
+        return self.ack([acked(j) for j in succeeded], [acked(j) for j in failed])
+
     def checkpoint(self, *checkpoints: Checkpoint) -> int:
         return self.shard.checkpoint(QUEUE, checkpoints)
 

@@ -66,12 +66,9 @@ def ledger_counts_success_failure_and_retry_acks_apart(kit: Kit) -> None:
     ok, retry, last = kit.dequeue(3)
     stale = ClaimMatch(SOURCE, "not-the-claim")
     assert kit.ack(succeeded=[Ack(1, ok.local_id, stale)]) == 0  # a no-op counts nothing
-    applied = kit.ack(
-        succeeded=[acked(ok)],
-        failed=[acked(retry), acked(last)],
-    )
+    applied = kit.ack_jobs(succeeded=[ok], failed=[retry, last])
     assert applied == 3
-    assert kit.ack(succeeded=[acked(ok)]) == 0  # a resent ack neither
+    assert kit.ack_jobs(succeeded=[ok]) == 0  # a resent ack neither
     found = book(kit)
     assert counters(kit) == {
         "enqueued": 3,
@@ -96,7 +93,7 @@ def ledger_counts_piggybacked_acks_and_their_dequeue(kit: Kit) -> None:
 def ledger_counts_deletes_and_purges_and_stays_balanced(kit: Kit) -> None:
     kit.enqueue(*[b"x"] * 5, attempts_allowed=1)
     jobs = kit.dequeue(4)
-    kit.ack(succeeded=[acked(j) for j in jobs[:2]])
+    kit.ack_jobs(succeeded=jobs[:2])
     kit.fail_for_good(jobs[2:3])
     assert kit.shard.delete_jobs(QUEUE, PENDING, 1, 10, None) == 1
     assert kit.shard.delete_jobs(QUEUE, IN_PROGRESS, 1, 10, lambda body: True) == 1
