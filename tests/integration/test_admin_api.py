@@ -563,6 +563,18 @@ def test_delete_jobs_is_a_dry_run_unless_told(srv, api, queue):
     assert body["deleted"] == 1 and count(srv, queue, 0) == 1
 
 
+def test_delete_jobs_spends_its_limit_over_the_priorities_in_order(srv, api, queue):
+    enqueue(srv, queue, b"a1", b"a2", priority=1)
+    enqueue(srv, queue, b"b1", b"b2", priority=2)
+    enqueue(srv, queue, b"c1", priority=3)
+    path = f"/api/v1/queues/{queue}/delete-jobs"
+    status, body, _ = api.post(path, {"state": "pending", "dry_run": False, "limit": 3})
+    assert status == 200 and body["deleted"] == 3
+    assert body["by_priority"] == {"1": 2, "2": 1}  # priority 3 not reached
+    left = [count(srv, queue, 0, priority=p) for p in (1, 2, 3)]
+    assert left == [0, 1, 1]
+
+
 def test_purge_a_state(srv, api, queue):
     fail_jobs(srv, queue, 4)
     enqueue(srv, queue, b"pending")
