@@ -366,6 +366,42 @@ class RedisShard(Shard):
         )
         return _dequeued(flat, priority, claim)
 
+    def dequeue_fifo(
+        self,
+        queue: str,
+        limit: int,
+        in_flight_cap: int,
+        claim: str | None,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        """dequeue_fifo.lua: the count, the heads and the claims in one script call."""
+        if limit <= 0:
+            self._check_queue(queue)
+            return []
+        args = [
+            queue,
+            self._prefix(queue),
+            self._offset(),
+            self.limits.num_priorities,
+            limit,
+            claim or "",
+            in_flight_cap,
+            *self._budget_args(budget),
+            self.limits.body_cap,
+        ]
+        flat = self._run(self._scripts.dequeue_fifo, queue, args)
+        return [
+            new_dequeued_job(
+                int(flat[i]),
+                int(flat[i + 1]),
+                flat[i + 2],
+                int(flat[i + 3]),
+                int(flat[i + 4]),
+                claim,
+            )
+            for i in range(0, len(flat), 5)
+        ]
+
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         return int(self._run(self._scripts.ack, queue, self._ack_args(queue, succeeded, failed)))
 

@@ -199,6 +199,24 @@ class Shard(abc.ABC):
         and returned; the rest stay as they were, and bodies of jobs left out are not read."""
 
     @abc.abstractmethod
+    def dequeue_fifo(
+        self,
+        queue: str,
+        limit: int,
+        in_flight_cap: int,
+        claim: str | None,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        """A FIFO queue's dequeue (docs/semantics.md `F-...`), atomic against every other
+        dequeue_fifo of the queue on the shard, from any server: count the queue's IN_PROGRESS
+        jobs (every priority), and claim up to min(`limit`, `in_flight_cap` - that count)
+        heads, priority 1 first. A priority's heads are its PENDING jobs in local id (enqueue)
+        order, taken while due: the first one not due (a retry delay, a checkpoint, a delayed
+        enqueue) ends that priority, so nothing behind it is handed out. `claim` None is a dry
+        run (what a claim would take now, nothing changed); a `budget` stops the whole call at
+        the first job that does not fit. Jobs come back in priority, then id order."""
+
+    @abc.abstractmethod
     def next_due_ms(self, queue: str) -> int | None:
         """Milliseconds from the shard's now until its earliest PENDING job of `queue` (any
         priority) becomes eligible: 0 when one is eligible now, None when the queue holds no
