@@ -416,7 +416,21 @@ class MySQLShard(SQLShard):
         lock (GET_LOCK, per MySQL instance): taken on the transaction's own connection before
         it begins, released after it committed (or failed), so the next holder, on any server,
         reads what this one wrote. The server frees the lock of a session that dies. A lock
-        not obtained within FIFO_LOCK_WAIT seconds is a QueueBusy (retried above)."""
+        not obtained within FIFO_LOCK_WAIT seconds is a QueueBusy (retried above). Missing job
+        tables are created as for any call (`_transaction`)."""
+        try:
+            with self._fifo_locked(queue) as cur:
+                yield cur
+        except QueueNotFound as exc:
+            if self._create_missing_tables(exc.queue):
+                raise QueueBusy(
+                    self.name, f"created missing job tables of queue {exc.queue!r}; retry"
+                ) from exc
+            raise
+
+    @contextmanager
+    def _fifo_locked(self, queue: str) -> Iterator[Any]:
+        """`_fifo_transaction` without the repair of missing tables."""
         name = fifo_lock_name(self.database(queue))
         with self._connection() as conn:
             cur = conn.cursor()

@@ -215,7 +215,8 @@ def test_the_readme_queue_config_parses_with_its_partitions():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     [block] = blocks(readme, "queue-config")
     config = parse(block)
-    assert config.partitions() == {"avatars": 1}
+    assert config.partitions() == {"avatars": 1, "payments": 1}
+    assert config.fifo() == {"payments": 1}
     assert config.rates()["reports"] == 0 and config.unique_window_seconds("orders") == 3600
     with pytest.raises(ConfigError, match="partitions"):
         parse("queues: {a: {partitions: 0}}")
