@@ -244,6 +244,21 @@ class Shard(abc.ABC):
         applied = self.ack(queue, succeeded, failed)
         return applied, self.dequeue(queue, priority, limit, claim, budget)
 
+    def ack_and_dequeue_fifo(
+        self,
+        queue: str,
+        succeeded: Sequence[Ack],
+        failed: Sequence[Ack],
+        limit: int,
+        in_flight_cap: int,
+        claim: str,
+        budget: ByteBudget | None = None,
+    ) -> tuple[int, list[DequeuedJob]]:
+        """Piggy-backed acks, then a FIFO dequeue, as `ack` then `dequeue_fifo` (so the acks
+        free their room under the cap first), as `ack_and_dequeue` is for `dequeue`."""
+        applied = self.ack(queue, succeeded, failed)
+        return applied, self.dequeue_fifo(queue, limit, in_flight_cap, claim, budget)
+
     @abc.abstractmethod
     def checkpoint(self, queue: str, checkpoints: Sequence[Checkpoint]) -> int:
         """Apply checkpoints whose job is IN_PROGRESS with a matching claim; return the count."""

@@ -47,37 +47,42 @@ class Ledger:
             self.succeeded += 1
             return True
 
-    def finished(self) -> None:
+    def all_ran(self) -> bool:
         with self.lock:
-            if self.succeeded >= JOBS:
-                self.done.set()
+            return self.succeeded >= JOBS
 
 
 def worker(server: ServerProcess, ledger: Ledger, name: str) -> None:
+    """Dequeue (long-poll), run, and ack with the next dequeue (piggy-backed, as the SDK's
+    worker does) until every job succeeded."""
     client = server.client()
     ctx = RequestContext(source=f"fifo-{name}")
     deadline = time.monotonic() + DEADLINE_SECONDS
+    acks = None
     try:
         while not ledger.done.is_set() and time.monotonic() < deadline:
-            request = T.PinLaterDequeueRequest(queueName=QUEUE, limit=5, waitMillis=200)
+            request = T.PinLaterDequeueRequest(
+                queueName=QUEUE, limit=5, waitMillis=200, jobAckRequest=acks
+            )
+            acks = None
             for descriptor, body in (client.dequeueJobs(ctx, request).jobs or {}).items():
-                ok = ledger.run(body)
-                info = T.PinLaterJobAckInfo(jobDescriptor=descriptor)
-                if not ok:
-                    info.retryDelayMillis = RETRY_DELAY_MS
-                client.ackDequeuedJobs(
-                    ctx,
-                    T.PinLaterJobAckRequest(
-                        queueName=QUEUE,
-                        jobsSucceeded=[info] if ok else [],
-                        jobsFailed=[] if ok else [info],
-                    ),
-                )
-                ledger.finished()
+                acks = _ack(descriptor, ledger.run(body))
+            if acks is not None and ledger.all_ran():  # the last job: ack it, stop everyone
+                client.ackDequeuedJobs(ctx, acks)
+                ledger.done.set()
     except BaseException as exc:  # noqa: BLE001 - reported by the test thread
         ledger.errors.append(exc)
     finally:
         client.close()
+
+
+def _ack(descriptor: str, ok: bool) -> T.PinLaterJobAckRequest:
+    info = T.PinLaterJobAckInfo(jobDescriptor=descriptor)
+    if not ok:
+        info.retryDelayMillis = RETRY_DELAY_MS
+    return T.PinLaterJobAckRequest(
+        queueName=QUEUE, jobsSucceeded=[info] if ok else [], jobsFailed=[] if ok else [info]
+    )
 
 
 def servers(kind: str, tmp_path, stack: contextlib.ExitStack) -> list[ServerProcess]:

@@ -183,3 +183,15 @@ def fifo_concurrent_callers_never_pass_the_cap(kit: Kit) -> None:
         thread.join(timeout=30)
     assert sorted(j.local_id for j in got) == [1, 2, 3]
     assert kit.count(JobState.IN_PROGRESS) == 3
+
+
+@check(rule=("F-in-flight", "F-retry-head"))
+def fifo_ack_and_dequeue_applies_the_acks_first(kit: Kit) -> None:
+    kit.enqueue(b"a", b"b", b"c", attempts_allowed=2)
+    (first,) = take(kit)
+    done_ack = Ack(1, first.local_id, held(first))
+    applied, jobs = kit.shard.ack_and_dequeue_fifo(QUEUE, [done_ack], [], 5, 1, new_claim(SOURCE))
+    assert applied == 1 and ids(jobs) == [(1, 2)]  # the success freed the room
+    failed = Ack(1, 2, held(jobs[0]))
+    applied, again = kit.shard.ack_and_dequeue_fifo(QUEUE, [], [failed], 5, 1, new_claim(SOURCE))
+    assert applied == 1 and ids(again) == [(1, 2)]  # back at the head, due at once
