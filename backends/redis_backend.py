@@ -366,6 +366,68 @@ class RedisShard(Shard):
         )
         return _dequeued(flat, priority, claim)
 
+    def dequeue_fifo(
+        self,
+        queue: str,
+        limit: int,
+        in_flight_cap: int,
+        claim: str | None,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        """dequeue_fifo.lua: the count, the heads and the claims in one script call."""
+        if limit <= 0:
+            self._check_queue(queue)
+            return []
+        args = self._fifo_args(queue, limit, in_flight_cap, claim, budget)
+        return _fifo_dequeued(self._run(self._scripts.dequeue_fifo, queue, args), claim)
+
+    def ack_and_dequeue_fifo(
+        self,
+        queue: str,
+        succeeded: Sequence[Ack],
+        failed: Sequence[Ack],
+        limit: int,
+        in_flight_cap: int,
+        claim: str,
+        budget: ByteBudget | None = None,
+    ) -> tuple[int, list[DequeuedJob]]:
+        """ack.lua then dequeue_fifo.lua sent together: one round trip (as ack_and_dequeue)."""
+        if limit <= 0:
+            return super().ack_and_dequeue_fifo(
+                queue, succeeded, failed, limit, in_flight_cap, claim, budget
+            )
+        applied, flat = self._run_all(
+            queue,
+            [
+                (self._scripts.ack, self._ack_args(queue, succeeded, failed)),
+                (
+                    self._scripts.dequeue_fifo,
+                    self._fifo_args(queue, limit, in_flight_cap, claim, budget),
+                ),
+            ],
+        )
+        return int(applied), _fifo_dequeued(flat, claim)
+
+    def _fifo_args(
+        self,
+        queue: str,
+        limit: int,
+        in_flight_cap: int,
+        claim: str | None,
+        budget: ByteBudget | None,
+    ) -> list[Any]:
+        return [
+            queue,
+            self._prefix(queue),
+            self._offset(),
+            self.limits.num_priorities,
+            limit,
+            claim or "",
+            in_flight_cap,
+            *self._budget_args(budget),
+            self.limits.body_cap,
+        ]
+
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         return int(self._run(self._scripts.ack, queue, self._ack_args(queue, succeeded, failed)))
 
@@ -773,6 +835,16 @@ def _dequeued(flat: Sequence[Any], priority: int, claim: str) -> list[DequeuedJo
             priority, int(flat[i]), flat[i + 1], int(flat[i + 2]), int(flat[i + 3]), claim
         )
         for i in range(0, len(flat), 4)
+    ]
+
+
+def _fifo_dequeued(flat: Sequence[Any], claim: str | None) -> list[DequeuedJob]:
+    """dequeue_fifo.lua's reply (priority, id, body, attempts allowed, remaining per job)."""
+    return [
+        new_dequeued_job(
+            int(flat[i]), int(flat[i + 1]), flat[i + 2], int(flat[i + 3]), int(flat[i + 4]), claim
+        )
+        for i in range(0, len(flat), 5)
     ]
 
 

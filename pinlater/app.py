@@ -194,6 +194,7 @@ class App:
 
     def _queue_config_changed(self, config, servers: int) -> None:
         self.store.placement.configure(config.partitions())
+        self.store.fifo.configure(config.fifo())
         self.settings.file_changed(config, servers)
 
     def _observe_call(self, shard: str, seconds: float, ok: bool) -> None:

@@ -754,3 +754,34 @@ def test_binlog_settings_are_judged():
     assert (
         "max_allowed_packet" in durability_problems("1", 1, False, 0, "MIXED", 1 << 20, 1 << 20)[0]
     )
+
+
+def test_fifo_dequeue_waits_for_the_queues_named_lock_and_releases_its_own(
+    shard, queue, server, monkeypatch
+):
+    """Another session (another server) holding the queue's FIFO lock makes a FIFO dequeue
+    wait, then fail as QueueBusy (retried above), claiming nothing; once it is free a dequeue
+    claims and gives the lock back (another session can take it at once)."""
+    import backends.mysql as mysql_module
+
+    monkeypatch.setattr(mysql_module, "FIFO_LOCK_WAIT", 0.2)
+    enqueue(shard, queue, b"a", b"b")
+    name = mysql_module.fifo_lock_name(shard.database(queue))
+    other = server.connect()
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT GET_LOCK(%s, 0)", (name,))
+            assert cur.fetchone()[0] == 1
+            started = time.monotonic()
+            with pytest.raises(QueueBusy):
+                shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE))
+            assert time.monotonic() - started >= 0.15
+            assert shard.count(queue, JobState.IN_PROGRESS, [1], False, 10, None) == 0
+            cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+            [job] = shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE))
+            assert job.local_id == 1
+            cur.execute("SELECT GET_LOCK(%s, 0)", (name,))
+            assert cur.fetchone()[0] == 1  # released by the dequeue's session
+            cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+    finally:
+        other.close()
