@@ -87,7 +87,6 @@ def api(conformance_app):
         store.delete_queue(queue)
 
 
-
 @pytest.fixture
 def queue(api) -> str:
     return api.new_queue()
