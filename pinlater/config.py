@@ -452,13 +452,7 @@ def _build_config(
             kwargs[name] = build_section(cls, raw[name], name, problems)
         else:
             kwargs[name] = coerce(raw[name], hint(Config, name), name, problems, None)
-    if kwargs.get("clusters"):
-        # `data_dir` alone (PINLATER_DATA_DIR, --data-dir: set without knowing the config) is
-        # not a `backend:` of its own; a cluster sets its own
-        own = set(raw.get("backend") or ()) - {"data_dir"}
-        kwargs["backend"] = _default_cluster(kwargs, bool(own), problems)
-    elif "default_cluster" in kwargs:
-        problems.append("default_cluster: only with `clusters:`")
+    _place_clusters(kwargs, raw, problems)
     config = Config(**kwargs)
     if config.admin.password_hash:
         try:
@@ -600,6 +594,17 @@ def _build_clusters(
             owner.setdefault(shard, name)
         clusters[name] = built
     return clusters
+
+
+def _place_clusters(kwargs: dict[str, Any], raw: dict[str, Any], problems: list[str]) -> None:
+    """With `clusters:`, `backend` becomes the default cluster's section."""
+    if kwargs.get("clusters"):
+        # `data_dir` alone (PINLATER_DATA_DIR, --data-dir: set without knowing the config) is
+        # not a `backend:` of its own; a cluster sets its own
+        own = set(raw.get("backend") or ()) - {"data_dir"}
+        kwargs["backend"] = _default_cluster(kwargs, bool(own), problems)
+    elif "default_cluster" in kwargs:
+        problems.append("default_cluster: only with `clusters:`")
 
 
 def _default_cluster(kwargs: dict[str, Any], has_backend: bool, problems: list[str]) -> Any:
