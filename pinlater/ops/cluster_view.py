@@ -12,7 +12,7 @@ from pinlater.storage.clusters import ClusterRouter
 
 def cluster_gauges(router: ClusterRouter, max_queues: int) -> GaugeCollector:
     """Read at scrape time from the router's memory (no storage call): shard -> cluster,
-    queue -> cluster (of at most `max_queues` queues, by name) and the queues whose
+    queue -> cluster (of at most `max_queues` queues by name; 0: no cap) and the queues whose
     `cluster:` setting names another cluster than the one holding them."""
 
     def read() -> list[GaugeMetricFamily]:
@@ -26,7 +26,7 @@ def cluster_gauges(router: ClusterRouter, max_queues: int) -> GaugeCollector:
             "1 for the cluster serving each known queue",
             labels=["queue", "cluster"],
         )
-        for queue, cluster in sorted(router.homes().items())[:max_queues]:
+        for queue, cluster in sorted(router.homes().items())[: max_queues or None]:
             queues.add_metric([queue, cluster], 1.0)
         moves = GaugeMetricFamily(
             "pinlater_queue_cluster_move_pending",
