@@ -1,5 +1,6 @@
-"""Two clusters behind one real server process (config `clusters:`): a Redis cluster "hot" (the
-default) and a MySQL cluster "durable", queues on each through one endpoint; the storage itself
+"""Two clusters behind one real server process, configured as the README's example (config
+`clusters:`, shards moved onto throwaway servers): a Redis cluster "hot" (the default) and a
+MySQL cluster "durable", queues on each through one endpoint; the storage itself
 shows where each queue's jobs are; /metrics and the admin API name the cluster; a `cluster:`
 change in the queue-config file moves nothing until the queue is deleted."""
 
@@ -15,10 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from pinlater.common.passwords import hash_password
 from pinlater.idl import RequestContext
 from pinlater.idl import pinlater_thrift as T
-from tests.support import clusters_env, mysql_env, redis_env
+from tests.support import mysql_env, redis_env
 from tests.support.admin_http import AdminHttp
 from tests.support.operating import sample
-from tests.support.server_process import ServerProcess, free_port
+from tests.support.readme_blocks import blocks
+from tests.support.server_process import REPO_ROOT, ServerProcess, free_port
 
 CTX = RequestContext(source="clusters-server-test")
 PASSWORD = "clusters-secret"
@@ -67,29 +69,37 @@ def round_trip(client, queue: str, n: int) -> set[str]:
     return shards(stored)
 
 
+def readme_config(redis, mysql) -> tuple[dict, str]:
+    """The README's cluster config with its shards on the throwaway servers (names kept), and
+    its queue-config block."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    [server] = blocks(readme, "clusters")
+    [queues] = blocks(readme, "clusters-queues")
+    config = yaml.safe_load(server)
+    on = {"hot": redis.shard, "durable": mysql.shard}
+    for name, section in config["clusters"].items():
+        section["shards"] = [on[name](shard["name"]) for shard in section["shards"]]
+    return config, queues
+
+
 def test_one_server_serves_a_redis_and_a_mysql_cluster(tmp_path):
-    queue_config = tmp_path / "queues.yaml"
-    write_queues(queue_config, {"ledger": {"cluster": "durable"}})
     metrics_port = free_port()
     with (
         redis_env.running_server(tmp_path / "redis") as redis,
         mysql_env.running_server(tmp_path / "mariadb") as mysql,
     ):
-        env = clusters_env.ClustersUnderTest(
+        config, queues = readme_config(redis, mysql)
+        queue_config = tmp_path / config["queue_config"]
+        queue_config.write_text(queues)
+        config.update(
             {
-                "hot": {"kind": "redis", "shards": [redis.shard("r1"), redis.shard("r2")]},
-                "durable": {"kind": "mysql", "shards": [mysql.shard("m1"), mysql.shard("m2")]},
-            },
-            "hot",
+                "queue_config": str(queue_config),
+                "janitor": {"enabled": False},
+                "metrics": {"port": metrics_port},
+                "admin": {"password_hash": hash_password(PASSWORD, iterations=1000)},
+                "sharding": {"placement_check_seconds": 0.2},
+            }
         )
-        config = {
-            **env.config_sections(),
-            "queue_config": str(queue_config),
-            "janitor": {"enabled": False},
-            "metrics": {"port": metrics_port},
-            "admin": {"password_hash": hash_password(PASSWORD, iterations=1000)},
-            "sharding": {"placement_check_seconds": 0.2},
-        }
         server = ServerProcess(config, tmp_path).start()
         try:
             _exercise(server, metrics_port, queue_config, redis, mysql)

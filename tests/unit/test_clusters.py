@@ -4,6 +4,8 @@ routed by their shard, and a `cluster:` change that moves nothing while the queu
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -11,11 +13,14 @@ from pinlater.app import App, load_config
 from pinlater.common.sections import ConfigError
 from pinlater.idl import RequestContext
 from pinlater.idl import pinlater_thrift as T
+from pinlater.ops.queue_settings import parse_queue_config
 from pinlater.storage.clusters import ClusterRouter
 from pinlater.storage.models import JobState
 from tests.conformance.wire import loopback_client
+from tests.support.readme_blocks import blocks
 
 CTX = RequestContext(source="clusters-test")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sections(tmp_path, **extra) -> dict:
@@ -186,3 +191,20 @@ def test_after_a_restart_a_queue_is_found_where_it_lives(app_with, tmp_path):
     assert app.store.cluster_of("jobs") == "a"
     got = client.dequeueJobs(CTX, T.PinLaterDequeueRequest(queueName="jobs", limit=5))
     assert list(got.jobs) == [old]
+
+
+def test_the_example_config_and_the_readme_blocks_load():
+    example = load_config(ROOT / "configs" / "clusters.yaml", env={})
+    assert {name: c.kind for name, c in example.clusters.items()} == {
+        "hot": "redis",
+        "durable": "mysql",
+    }
+    assert [s.name for s in example.clusters["durable"].shards] == ["m1", "m1d1"]
+    readme = (ROOT / "README.md").read_text()
+    [server] = blocks(readme, "clusters")
+    [queues] = blocks(readme, "clusters-queues")
+    raw = yaml.safe_load(server)
+    assert raw.pop("queue_config") == "queues.yaml"
+    config = load_config(env={}, overrides=raw)
+    assert config.default_cluster == "hot" and config.backend.kind == "redis"
+    assert parse_queue_config(queues, "README").clusters() == {"ledger": "durable"}
