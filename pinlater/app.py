@@ -270,8 +270,9 @@ class App:
         for name in self.store.shard_names():
             for warning in self.store.shard(name).durability_warnings():
                 log.warning("DURABILITY: %s", warning)  # each warning names its shard
-                problems.append(warning)
-        if problems and self.config.backend.require_durable:
+                if self._requires_durable(name):
+                    problems.append(warning)
+        if problems:
             raise NotDurable(problems)
         self.settings.poll()  # stored pauses and limits hold before the first request
         if isinstance(self.store, ClusterRouter):  # where each queue lives, before serving
@@ -314,6 +315,12 @@ class App:
             self._start_http(metrics_socket)
         for thread in self._threads:
             thread.start()
+
+    def _requires_durable(self, shard: str) -> bool:
+        """`require_durable` of the backend section (with clusters: the cluster) of `shard`."""
+        cluster = self.store.cluster_of_shard(shard)
+        section = self.config.backend if cluster is None else self.config.clusters[cluster]
+        return section.require_durable
 
     def _start_http(self, sock: socket.socket | None) -> None:
         """The HTTP listener (/metrics, /health, and /api/v1 when the admin API is on) on

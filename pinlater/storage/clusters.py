@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from pinlater.errors import InvalidRequest, ShardConnectionFailed
+from pinlater.errors import InvalidRequest, PinLaterError
 from pinlater.storage.contract import Backend, BodyFilter, ByteBudget, Shard, ShardSpec
 from pinlater.storage.descriptors import JobDescriptor
 from pinlater.storage.health import ShardHealth
@@ -118,7 +118,7 @@ class ClusterRouter(ShardedBackend):
         for name, store in self.clusters.items():
             try:
                 found[name] = store.queue_names()
-            except ShardConnectionFailed as exc:
+            except PinLaterError as exc:  # a shard down: its queues keep what was known
                 log.warning("cluster %s did not list its queues: %s", name, exc)
                 failed.append(name)
         self._learn(found, complete=not failed)

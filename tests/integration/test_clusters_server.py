@@ -7,12 +7,14 @@ change in the queue-config file moves nothing until the queue is deleted."""
 from __future__ import annotations
 
 import contextlib
+import io
 import time
 import urllib.request
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from pinlater.cli.main import main as cli_main
 from pinlater.common.passwords import hash_password
 from pinlater.idl import RequestContext
 from pinlater.idl import pinlater_thrift as T
@@ -156,6 +158,17 @@ def _check_metrics_and_admin(metrics_port: int) -> None:
     assert status == 200 and body["cluster"] == "durable", body
     status, body, _ = api.get("/api/v1/server")
     assert body["backend"]["clusters"] == {"hot": "redis", "durable": "mysql"}
+    out = io.StringIO()
+    argv = ["shards", "--metrics-url", f"http://127.0.0.1:{metrics_port}", "--password", PASSWORD]
+    assert cli_main(argv, out, io.StringIO()) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].split()[:2] == ["cluster", "shard"]
+    assert [line.split()[:2] for line in lines[1:]] == [
+        ["hot", "r1"],
+        ["hot", "r2"],
+        ["durable", "m1"],
+        ["durable", "m2"],
+    ]
 
 
 def _move(client, queue_config, metrics_port: int) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pinlater.app import App, load_config
+from pinlater.app import App, NotDurable, load_config
 from pinlater.common.sections import ConfigError
 from pinlater.idl import RequestContext
 from pinlater.idl import pinlater_thrift as T
@@ -208,3 +208,23 @@ def test_the_example_config_and_the_readme_blocks_load():
     config = load_config(env={}, overrides=raw)
     assert config.default_cluster == "hot" and config.backend.kind == "redis"
     assert parse_queue_config(queues, "README").clusters() == {"ledger": "durable"}
+
+
+@pytest.mark.parametrize("strict", ["a", "b"])
+def test_require_durable_holds_per_cluster(tmp_path, strict):
+    """Cluster b runs SQLite with synchronous NORMAL (a durability warning): only b's own
+    `require_durable` refuses the start."""
+    overrides = sections(tmp_path, metrics={"port": 0})
+    overrides["clusters"]["b"]["synchronous"] = "NORMAL"
+    overrides["clusters"][strict]["require_durable"] = True
+    app = App(load_config(env={}, overrides=overrides))
+    try:
+        if strict == "b":
+            with pytest.raises(NotDurable) as info:
+                app.start_background()
+            assert [w.split(":")[0] for w in info.value.warnings] == ["shard b1"]
+        else:
+            app.start_background()
+            assert app.store.homes() == {}
+    finally:
+        app.close()
