@@ -222,7 +222,7 @@ def test_require_durable_holds_per_cluster(tmp_path, strict):
         if strict == "b":
             with pytest.raises(NotDurable) as info:
                 app.start_background()
-            assert [w.split(":")[0] for w in info.value.warnings] == ["shard b1"]
+            assert [w.split(":")[0] for w in info.value.warnings] == ["shard b1", "shard b2"]
         else:
             app.start_background()
             assert app.store.homes() == {}
