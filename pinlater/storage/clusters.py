@@ -62,6 +62,7 @@ class ClusterRouter(ShardedBackend):
         self._settings: dict[str, str] = {}  # queue -> its `cluster:` setting
         self._partitions: dict[str, int] = {}
         self._warned: set[tuple[str, str]] = set()
+        self._epoch = 0  # +1 on every createQueue/deleteQueue: a listing taken before is stale
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="cluster-fanout")
         self.health = ClusterHealth(self)
         self.placement = ClusterPlacement(self)
@@ -115,23 +116,27 @@ class ClusterRouter(ShardedBackend):
         that did not answer (their queues keep what was known)."""
         found: dict[str, set[str]] = {}
         failed = []
+        epoch = self._epoch
         for name, store in self.clusters.items():
             try:
                 found[name] = store.queue_names()
             except PinLaterError as exc:  # a shard down: its queues keep what was known
                 log.warning("cluster %s did not list its queues: %s", name, exc)
                 failed.append(name)
-        self._learn(found, complete=not failed)
+        self._learn(found, epoch, complete=not failed)
         return failed
 
-    def _learn(self, found: Mapping[str, set[str]], complete: bool) -> None:
+    def _learn(self, found: Mapping[str, set[str]], epoch: int, complete: bool) -> None:
         """Record where the listed queues live; with `complete` (every cluster answered),
-        forget the queues none holds."""
+        forget the queues none holds. Ignored when a queue was created or deleted since the
+        listing began (`epoch`): it could bring back a deleted queue's old home."""
         holders: dict[str, list[str]] = {}
         for cluster, queues in found.items():
             for queue in queues:
                 holders.setdefault(queue, []).append(cluster)
         with self._lock:
+            if epoch != self._epoch:
+                return
             before = dict(self._homes)
             if complete:
                 self._homes = {}
@@ -248,15 +253,18 @@ class ClusterRouter(ShardedBackend):
         self.clusters[cluster].create_queue(queue)
         with self._lock:
             self._homes[queue] = cluster
+            self._epoch += 1
 
     def delete_queue(self, queue: str) -> None:
         self.for_queue(queue).delete_queue(queue)
         with self._lock:
             self._homes.pop(queue, None)
+            self._epoch += 1
 
     def queue_names(self) -> set[str]:
+        epoch = self._epoch
         found = {name: store.queue_names() for name, store in self.clusters.items()}
-        self._learn(found, complete=True)
+        self._learn(found, epoch, complete=True)
         return set().union(*found.values())
 
     def ledger(self, queue: str, shards: Iterable[str] | None = None) -> dict[str, LedgerBook]:
