@@ -395,28 +395,33 @@ AUDIT_HEADERS = {"deduplicated": "dedup"}
 
 def cmd_shards(args, out, err):
     """The admin API's shard view: a draining (dequeue_only) shard shows its unfinished jobs
-    per queue as last counted; 0 left means it can leave the shard map."""
+    per queue as last counted; 0 left means it can leave the shard map. With clusters, each
+    shard's cluster comes first."""
     admin = AdminClient.from_args(args, _password(args), _http_context(args))
     data = admin.get("/api/v1/shards")
-    rows = []
-    for shard in data["shards"]:
-        drain = shard.get("draining")
-        left = "-"
-        if drain is not None:
-            per_queue = ", ".join(f"{q}: {n}" for q, n in sorted(drain["jobs"].items()))
-            left = f"{drain['total']}" + (f" ({per_queue})" if per_queue else " (drained)")
-        rows.append(
-            (
-                shard["name"],
-                "yes" if shard["healthy"] else "NO",
-                "dequeue only" if shard["dequeue_only"] else "serving",
-                left,
-                fmt.show_time(drain["counted_at_ms"]) if drain else "-",
-            )
-        )
-    headers = ("shard", "healthy", "mode", "unfinished jobs left", "counted (UTC)")
+    clustered = any(shard.get("cluster") for shard in data["shards"])
+    rows = [_shard_row(shard, clustered) for shard in data["shards"]]
+    headers: tuple[str, ...] = ("shard", "healthy", "mode", "unfinished jobs left", "counted (UTC)")
+    if clustered:
+        headers = ("cluster", *headers)
     _emit(args, out, data, fmt.table(headers, rows))
     return EXIT_OK
+
+
+def _shard_row(shard: dict, clustered: bool) -> tuple[str, ...]:
+    drain = shard.get("draining")
+    left = "-"
+    if drain is not None:
+        per_queue = ", ".join(f"{q}: {n}" for q, n in sorted(drain["jobs"].items()))
+        left = f"{drain['total']}" + (f" ({per_queue})" if per_queue else " (drained)")
+    row = (
+        shard["name"],
+        "yes" if shard["healthy"] else "NO",
+        "dequeue only" if shard["dequeue_only"] else "serving",
+        left,
+        fmt.show_time(drain["counted_at_ms"]) if drain else "-",
+    )
+    return (shard.get("cluster") or "-", *row) if clustered else row
 
 
 def _http_context(args):

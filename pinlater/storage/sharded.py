@@ -102,17 +102,23 @@ class ShardedBackend:
         empty_partition_ttl: float = 0.0,
         enqueue_backend: Backend | None = None,
         retired: Iterable[str] = (),
+        cluster: str | None = None,
+        signals: QueueSignals | None = None,
+        empty: EmptyPartitions | None = None,
     ):
         """`empty_partition_ttl` (seconds; 0 = off): how long a (queue, shard, priority) a
         dequeue found empty is skipped at most (pinlater/storage/empty_partitions.py).
         `enqueue_backend` (another instance of the backend's class): enqueues get shards
         opened from it, i.e. storage connections of their own, so that no dequeue storm
-        holding every pooled connection delays them."""
+        holding every pooled connection delays them. `cluster` names this store when it is one
+        of several behind a ClusterRouter (pinlater/storage/clusters.py), which hands every
+        cluster the same `signals` and `empty` (parked dequeues wait on one set of signals)."""
         self.enqueue_backend = enqueue_backend
+        self.cluster = cluster
         self.backend = backend
         #: what makes parked dequeues look again (pinlater/storage/signals.py)
-        self.signals = QueueSignals()
-        self.empty = EmptyPartitions(empty_partition_ttl)
+        self.signals = QueueSignals() if signals is None else signals
+        self.empty = EmptyPartitions(empty_partition_ttl) if empty is None else empty
         self.num_priorities = num_priorities
         self._retries = retries
         self.health = ShardHealth(unhealthy_after_failures)
@@ -139,6 +145,18 @@ class ShardedBackend:
 
     def shard_specs(self) -> list[ShardSpec]:
         return list(self._set.specs.values())
+
+    def cluster_names(self) -> list[str]:
+        """The configured clusters (none without `clusters:`)."""
+        return [] if self.cluster is None else [self.cluster]
+
+    def cluster_of_shard(self, name: str) -> str | None:
+        """The cluster shard `name` belongs to (None without `clusters:`)."""
+        return self.cluster
+
+    def cluster_of(self, queue: str) -> str | None:
+        """The cluster that serves `queue` (None without `clusters:`)."""
+        return self.cluster
 
     def _enqueue_shards(
         self, specs: Sequence[ShardSpec], shards: dict[str, Shard], reuse: dict | None = None
