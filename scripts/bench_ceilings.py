@@ -3,7 +3,7 @@
 
     PYTHONPATH=. python scripts/bench_ceilings.py [--runs 5] [--jobs 50000]
         [--backends sqlite redis mysql] [--modes enqueue dequeue] [--client lean|cli]
-        [--no-background] [--no-worker] [--json FILE]
+        [--no-background] [--no-worker] [--base CHECKOUT] [--json FILE]
 
 One invocation starts, per backend, throwaway storage (SQLite files; a redis-server with the
 shipped queue config and `appendfsync everysec`; a mariadbd with
@@ -26,6 +26,10 @@ protocol. `pinlater enqueue|dequeue` (`--client cli`, the worker SDK client) cos
 much CPU per job as the server (~1.7 ms per 100 enqueued jobs against ~0.1 ms for the lean
 client), and on a 2-core machine that CPU is the server's and the storage's: the ratio then
 measured the client. The client's CPU is reported separately ("client") either way.
+
+With `--base CHECKOUT` every backend gets a second server running that checkout's code on
+its own storage, measured in the same rounds (labelled `<backend>-base`): before/after figures
+from one run.
 
 The two sides alternate which goes first (A/B, B/A) so that the shared machine's noise hits
 both alike; the ratios (server / ceiling, worker / raw) are taken per round and their median,
@@ -180,20 +184,24 @@ def storage(kind: str, tmp: Path) -> Iterator[tuple[dict, int | None, Callable[[
 
 
 @contextlib.contextmanager
-def rig(kind: str, tmp: Path, background: bool) -> Iterator[Rig]:
-    with storage(kind, tmp / kind) as (section, storage_pid, make_direct):
+def rig(kind: str, tmp: Path, background: bool, base: Path | None = None) -> Iterator[Rig]:
+    """A rig of backend `kind`; with `base`, its server runs that checkout's code (labelled
+    "<kind>-base") while everything else (load, ceiling) is this checkout's."""
+    label = kind if base is None else f"{kind}-base"
+    env = None if base is None else {"PYTHONPATH": str(base.resolve())}
+    with storage(kind, tmp / label) as (section, storage_pid, make_direct):
         config: dict[str, Any] = {"backend": section}
         if background:  # as shipped: janitor every 10 s, depth gauges every 15 s
             config["metrics"] = {"port": free_port()}
         else:
             config["janitor"] = {"enabled": False}
-        with ServerProcess(config, tmp / kind / "server", start_timeout=60) as server:
+        with ServerProcess(config, tmp / label / "server", start_timeout=60, env=env) as server:
             direct = make_direct()
             client = PinLaterClient(
                 f"{server.host}:{server.port}", source="bench-ceilings", pool_size=4
             )
             try:
-                yield Rig(kind, server, storage_pid, direct, client)
+                yield Rig(label, server, storage_pid, direct, client)
             finally:
                 client.close()
                 direct.close()
@@ -375,11 +383,11 @@ def one_round(rigs: list[Rig], round_no: int, args, results: Results) -> None:
                     r.client.create_queue(queue)
                 m = measure(r, mode, queue, args)
                 results.add(r.kind, f"{side} {mode}", m)
-                print(f"  {r.kind:6} {side:7} {mode:7} {m.text()}", flush=True)
+                print(f"  {r.kind:11} {side:7} {mode:7} {m.text()}", flush=True)
         if not args.no_worker:
             m = worker_drain(r, f"w{round_no}", args)
             results.add(r.kind, "worker", m)
-            print(f"  {r.kind:6} worker  drain   {m.text()}", flush=True)
+            print(f"  {r.kind:11} worker  drain   {m.text()}", flush=True)
 
 
 def ratios(top: list[Measure], bottom: list[Measure]) -> list[float]:
@@ -503,6 +511,11 @@ def main() -> int:
     parser.add_argument("--no-worker", action="store_true", help="skip pinlater-worker runs")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument(
+        "--base",
+        help="another checkout (e.g. a git worktree of main): each backend also gets a server "
+        "running its code, measured interleaved with this one's (labelled <backend>-base)",
+    )
+    parser.add_argument(
         "--client",
         choices=("lean", "cli"),
         default="lean",
@@ -522,14 +535,16 @@ def main() -> int:
         tempfile.TemporaryDirectory(prefix="pinlater-ceilings-") as tmp,
         contextlib.ExitStack() as stack,
     ):
+        bases = [None] if args.base is None else [None, Path(args.base)]
         rigs = [
-            stack.enter_context(rig(kind, Path(tmp), not args.no_background))
+            stack.enter_context(rig(kind, Path(tmp), not args.no_background, base))
             for kind in args.backends
+            for base in bases
         ]
         for round_no in range(args.runs):
             print(f"round {round_no + 1} (load average {load_average()})", flush=True)
             one_round(rigs, round_no, args, results)
-    report = summary(args.backends, results, args.runs, args.modes)
+    report = summary([r.kind for r in rigs], results, args.runs, args.modes)
     print(f"load average at the end: {load_average()}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
