@@ -31,6 +31,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from backends import redis_keys as keys
+from backends import redis_resp as resp
 from backends.redis_scripts import Scripts
 from backends.shared_pools import SharedPools
 from pinlater.storage.acks import AckOutcome, group_acks
@@ -213,16 +214,15 @@ class RedisShard(Shard):
 
     def _evalsha_all(self, calls: list[tuple[str, list]]) -> list[Any]:
         """EVALSHAs in one write on one pooled connection, without redis-py's per-command
-        layers (retry wrapper, response callbacks, observability: about 40 us a call here).
+        layers (retry wrapper, response callbacks, observability: about 40 us a call here)
+        and encoded by backends/redis_resp.py, not redis-py's packer.
         Every reply is read, an error reply as its ResponseError in its place. As redis-py
         does, a connection that failed mid-call is disconnected before it goes back to the
         pool, so no half-read reply can reach the next caller."""
         conn = self._pool.get_connection()
         try:
             conn.send_packed_command(
-                conn.pack_commands(
-                    [("EVALSHA", sha, 1, self._registry, *args) for sha, args in calls]
-                )
+                [b"".join([resp.evalsha(sha, self._registry, args) for sha, args in calls])]
             )
             replies = []
             for _ in calls:
@@ -289,39 +289,16 @@ class RedisShard(Shard):
 
     # ---- jobs ----
     def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[int]:
-        args: list[Any] = [queue, self._prefix(queue), self._offset(), len(jobs)]
-        cap = self.limits.status_cap
-        for job in jobs:
-            args += [
-                job.priority,
-                "" if job.run_after_ms is None else int(job.run_after_ms),
-                job.attempts_allowed,
-                _encode_text(job.custom_status[:cap]),
-                job.body,
-            ]
-        return [int(i) for i in self._run(self._scripts.enqueue, queue, args)]
+        args = [queue, self._prefix(queue), self._offset(), len(jobs)]
+        packed = resp.job_args(jobs, self.limits.status_cap, keyed=False)
+        return [int(i) for i in self._run(self._scripts.enqueue, queue, [*args, packed])]
 
     def enqueue_keyed(
         self, queue: str, jobs: Sequence[NewJob], unique_window_ms: int
     ) -> list[Enqueued]:
-        args: list[Any] = [
-            queue,
-            self._prefix(queue),
-            self._offset(),
-            int(unique_window_ms),
-            len(jobs),
-        ]
-        cap = self.limits.status_cap
-        for job in jobs:
-            args += [
-                job.priority,
-                "" if job.run_after_ms is None else int(job.run_after_ms),
-                job.attempts_allowed,
-                _encode_text(job.custom_status[:cap]),
-                job.body,
-                job.unique_key or "",
-            ]
-        flat = self._run(self._scripts.enqueue_keyed, queue, args)
+        args = [queue, self._prefix(queue), self._offset(), int(unique_window_ms), len(jobs)]
+        packed = resp.job_args(jobs, self.limits.status_cap, keyed=True)
+        flat = self._run(self._scripts.enqueue_keyed, queue, [*args, packed])
         return [
             Enqueued(int(flat[i]), int(flat[i + 1]), flat[i + 2] == b"1")
             for i in range(0, len(flat), 3)
