@@ -3,7 +3,8 @@
 
     PYTHONPATH=. python scripts/bench_ceilings.py [--runs 5] [--jobs 50000]
         [--backends sqlite redis mysql] [--modes enqueue dequeue] [--client lean|cli]
-        [--no-background] [--no-worker] [--base CHECKOUT] [--json FILE]
+        [--no-background] [--base CHECKOUT] [--json FILE]
+        [--no-worker | --worker-baseline DIR]
 
 One invocation starts, per backend, throwaway storage (SQLite files; a redis-server with the
 shipped queue config and `appendfsync everysec`; a mariadbd with
@@ -17,7 +18,11 @@ server and storage. Each round, per backend, side by side:
   shard's statements replayed with pymysql);
 * dequeue+ack: load through the server (dequeue 100, then ack them) and its ceiling;
 * worker: `pinlater-worker` with its default options and a no-op handler draining a queue
-  filled with the same number of jobs, next to the round's raw dequeue+ack rate.
+  filled with the same number of jobs, next to the round's raw dequeue+ack rate; its CPU per
+  job is the worker process's own from its "worker started" line (imports excluded; the load
+  clients' figures include their start-up). `--worker-baseline DIR` also runs the worker of
+  another checkout (e.g. a clone of main) each round right after, so a change to the worker
+  is compared with its baseline in the same run.
 
 The load through the server comes from scripts/lean_load.py, the same for every backend:
 pre-encoded enqueue frames replayed over framed sockets (replies checked by their descriptor
@@ -299,11 +304,12 @@ def fill(rig: Rig, queue: str, jobs: int, body: bytes) -> None:
         rig.client.enqueue(queue, [body] * min(1000, jobs - start))
 
 
-def worker_drain(rig: Rig, queue: str, args) -> Measure:
-    """`pinlater-worker` with default options and a no-op handler on a filled queue: timed
-    from its "worker started" log line (imports excluded) until the server counts every job
-    SUCCEEDED (polled every 0.2 s, the finish interpolated between the last two polls: a count
-    costs the server a scan, so frequent polls would slow what they measure)."""
+def worker_drain(rig: Rig, queue: str, args, root: Path = ROOT) -> Measure:
+    """`pinlater-worker` (of the checkout `root`) with default options and a no-op handler on
+    a filled queue: timed from its "worker started" log line (imports excluded) until the
+    server counts every job SUCCEEDED (polled every 0.2 s, the finish interpolated between the
+    last two polls: a count costs the server a scan, so frequent polls would slow what they
+    measure). CPU: the server's and storage's over the run, the worker's over the same span."""
     fill(rig, queue, args.jobs, b"x" * args.body)
     cmd = [
         sys.executable,
@@ -317,7 +323,7 @@ def worker_drain(rig: Rig, queue: str, args) -> Measure:
         rig.address,
         "--no-status",
     ]
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'scripts'}"}
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{ROOT / 'scripts'}"}
     meter = CpuMeter({"server": rig.server.pid, "storage": rig.storage_pid})
     proc = subprocess.Popen(
         cmd, cwd=ROOT / "scripts", env=env, stderr=subprocess.PIPE, text=True, bufsize=1
@@ -326,15 +332,17 @@ def worker_drain(rig: Rig, queue: str, args) -> Measure:
         for line in proc.stderr:  # type: ignore[union-attr]
             if "worker started" in line:
                 break
-        started = time.perf_counter()
+        started, worker_cpu = time.perf_counter(), cpu_seconds(proc.pid)
         threading.Thread(target=proc.stderr.read, daemon=True).start()  # type: ignore[union-attr]
         elapsed = _until_all_succeeded(rig, queue, args.jobs, started, proc)
+        worker_cpu = cpu_seconds(proc.pid) - worker_cpu
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
     cpu = meter.per_100_jobs(args.jobs)
     cpu.pop("bench", None)
-    cpu["worker"] = cpu.pop("client", 0.0)  # the worker process is this run's only child
+    cpu.pop("client", None)  # the worker's start-up and shutdown too: measured above instead
+    cpu["worker"] = round(worker_cpu * 100_000 / args.jobs, 3)
     return Measure(args.jobs, elapsed, None, None, cpu)
 
 
@@ -388,6 +396,10 @@ def one_round(rigs: list[Rig], round_no: int, args, results: Results) -> None:
             m = worker_drain(r, f"w{round_no}", args)
             results.add(r.kind, "worker", m)
             print(f"  {r.kind:11} worker  drain   {m.text()}", flush=True)
+        if args.worker_baseline:
+            m = worker_drain(r, f"b{round_no}", args, Path(args.worker_baseline))
+            results.add(r.kind, "worker baseline", m)
+            print(f"  {r.kind:11} baseline drain   {m.text()}", flush=True)
 
 
 def ratios(top: list[Measure], bottom: list[Measure]) -> list[float]:
@@ -420,18 +432,20 @@ def summary(kinds: list[str], results: Results, runs: int, modes=MODES) -> dict[
             )
             for mode in modes
         }
-        workers, raw = results.get(kind, "worker"), results.get(kind, "server dequeue")
-        if workers:
-            out[kind]["worker"] = {
-                "jobs_per_s": [round(m.rate) for m in workers],
-                "ratio_to_raw": [round(x, 3) for x in ratios(workers, raw)],
-                "cpu_ms_per_100": _median_cpu(workers),
-            }
-            print(
-                f"{kind:6} worker      {spread([m.rate for m in workers], '{:,.0f}')} jobs/s"
-                f"  / raw dequeue+ack: {spread(ratios(workers, raw))}"
-                f"  cpu ms/100 jobs {_median_cpu(workers)}"
-            )
+        raw = results.get(kind, "server dequeue")
+        for label in ("worker", "worker baseline"):
+            workers = results.get(kind, label)
+            if workers:
+                out[kind][label.replace(" ", "_")] = {
+                    "jobs_per_s": [round(m.rate) for m in workers],
+                    "ratio_to_raw": [round(x, 3) for x in ratios(workers, raw)],
+                    "cpu_ms_per_100": _median_cpu(workers),
+                }
+                print(
+                    f"{kind:6} {label:15} {spread([m.rate for m in workers], '{:,.0f}')} jobs/s"
+                    f"  / raw dequeue+ack: {spread(ratios(workers, raw))}"
+                    f"  cpu ms/100 jobs {_median_cpu(workers)}"
+                )
     return out
 
 
@@ -520,6 +534,11 @@ def main() -> int:
         choices=("lean", "cli"),
         default="lean",
         help="load client through the server: pre-encoded frames (lean) or `pinlater` load",
+    )
+    parser.add_argument(
+        "--worker-baseline",
+        metavar="DIR",
+        help="also run the pinlater-worker of this checkout each round (A/B in one run)",
     )
     parser.add_argument("--json", help="also write the summary as JSON to this file")
     args = parser.parse_args()
