@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pymysql
 import pytest
@@ -25,6 +26,7 @@ from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.shard_kit import MAIN, OTHER, Capabilities, Storage, exercise
+from pinlater.storage.shard_kit.races import run_threads
 from tests.faults.proxy import FaultProxy
 from tests.support import mysql_env
 
@@ -200,23 +202,14 @@ def test_without_skip_locked_the_update_limit_fallback_still_claims_each_job_onc
 def test_enqueue_ids_match_their_jobs_under_concurrent_batches(shard, queue, capability):
     force_capabilities(shard, **capability)
     results: list[tuple[list[int], list[bytes]]] = []
-    errors: list[Exception] = []
 
     def producer(worker):
-        try:
-            for batch in range(10):
-                bodies = [b"w%d-b%d-%d" % (worker, batch, i) for i in range(37)]
-                jobs = [NewJob(body=b, priority=1 + i % 2) for i, b in enumerate(bodies)]
-                results.append((shard.enqueue(queue, jobs), bodies))
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
+        for batch in range(10):
+            bodies = [b"w%d-b%d-%d" % (worker, batch, i) for i in range(37)]
+            jobs = [NewJob(body=b, priority=1 + i % 2) for i, b in enumerate(bodies)]
+            results.append((shard.enqueue(queue, jobs), bodies))
 
-    threads = [threading.Thread(target=producer, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert errors == []
+    run_threads([partial(producer, w) for w in range(4)], timeout=60)
     seen = set()
     for ids, bodies in results:
         refs = [(1 + i % 2, local_id) for i, local_id in enumerate(ids)]
