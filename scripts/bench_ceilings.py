@@ -19,10 +19,12 @@ server and storage. Each round, per backend, side by side:
 * dequeue+ack: load through the server (dequeue 100, then ack them) and its ceiling;
 * worker: `pinlater-worker` with its default options and a no-op handler draining a queue
   filled with the same number of jobs, next to the round's raw dequeue+ack rate; its CPU per
-  job is the worker process's own from its "worker started" line (imports excluded; the load
-  clients' figures include their start-up). `--worker-baseline DIR` also runs the worker of
-  another checkout (e.g. a clone of main) each round right after, so a change to the worker
-  is compared with its baseline in the same run.
+  job is the worker process's own from its "worker started" line (imports excluded; with
+  `--client cli` the load clients' figures include their start-up). The raw rate is the load
+  client's through the same server (the lean client unless `--client cli`).
+  `--worker-baseline DIR` also runs the worker of another checkout (e.g. a clone of main)
+  each round right after, so a change to the worker is compared with its baseline in the
+  same run.
 
 The load through the server comes from scripts/lean_load.py, the same for every backend:
 pre-encoded enqueue frames replayed over framed sockets (replies checked by their descriptor
