@@ -466,6 +466,40 @@ class MySQLShard(SQLShard):
         finally:
             cur.close()
 
+    def _ensure_fifo_index(self, queue: str) -> None:
+        """ALTER TABLE ... ADD INDEX fifo on the job tables that lack it, the first time this
+        shard object serves the queue (delete_queue forgets it; a queue deleted and created
+        again through another server keeps working here, its heads read without the index).
+        Another server adding it at the same time is fine: what counts is that it exists."""
+        db = self.database(queue)
+        done = self._fifo_indexed()
+        if db in done:
+            return
+        tables = [f"jobs_p{p}" for p in range(1, self.limits.num_priorities + 1)]
+        missing = self._without_fifo_index(db, tables)
+        if missing:
+            try:
+                self._ddl(
+                    [self.queries.render("create_fifo_index", table=(db, t)) for t in missing]
+                )
+            except QueueNotFound:
+                raise
+            except ShardError:
+                if self._without_fifo_index(db, tables):
+                    raise
+        done.add(db)
+
+    def _without_fifo_index(self, db: str, tables: Sequence[str]) -> list[str]:
+        """The tables of `tables` in `db` without the fifo index."""
+        sql = self.queries.render("fifo_index_exists")
+        missing = []
+        with self._read() as cur:
+            for table in tables:
+                cur.execute(sql, {"db": db, "table_name": table})
+                if not cur.fetchone()[0]:
+                    missing.append(table)
+        return missing
+
     def _fifo_row_lock(self) -> str:
         return "FOR UPDATE"
 
@@ -576,6 +610,7 @@ class MySQLShard(SQLShard):
         now empty database, then drop the moved tables one by one (see schema.sql). Each step
         waits at most DDL_LOCK_WAIT for the queue's in-flight calls; nothing else waits."""
         db = self.database(queue)
+        self._fifo_indexed().discard(db)
         moved = self._move_to_trash(db)
         self._ddl([self.queries.render("drop_database", db=(db,))])
         self._drop_trash(moved)

@@ -778,3 +778,18 @@ def test_fifo_dequeue_waits_for_the_queues_named_lock_and_releases_its_own(
             cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
     finally:
         other.close()
+
+
+def test_only_a_fifo_dequeue_adds_the_fifo_index_and_a_new_queue_gets_it_again(shard, queue):
+    tables = ["jobs_p1", "jobs_p2", "jobs_p3"]
+    db = shard.database(queue)
+    shard.dequeue(queue, 1, 5, new_claim(SOURCE))
+    assert shard._without_fifo_index(db, tables) == tables
+    enqueue(shard, queue, b"a")
+    assert [job.local_id for job in shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE))] == [1]
+    assert shard._without_fifo_index(db, tables) == []
+    shard.delete_queue(queue)
+    shard.create_queue(queue)
+    assert shard._without_fifo_index(db, tables) == tables
+    assert shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE)) == []
+    assert shard._without_fifo_index(db, tables) == []
