@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -74,6 +75,9 @@ _STATEMENT_SLACK = 64 * 1024
 DDL_LOCK_WAIT = 2
 #: seconds a FIFO dequeue waits for its queue's named lock (backends/sql_fifo.py)
 FIFO_LOCK_WAIT = 2
+#: ER_DUP_KEYNAME: another server added the fifo index first (what counts is that it exists)
+DUPLICATE_KEY_NAME = 1061
+_FIFO_INDEX_LOCK = threading.Lock()
 _PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9]{0,15}", re.ASCII)
 _VALUES_PARAM = re.compile(r"%\((\w+)\)s")
 
@@ -475,19 +479,17 @@ class MySQLShard(SQLShard):
         done = self._fifo_indexed()
         if db in done:
             return
-        tables = [f"jobs_p{p}" for p in range(1, self.limits.num_priorities + 1)]
-        missing = self._without_fifo_index(db, tables)
-        if missing:
-            try:
-                self._ddl(
-                    [self.queries.render("create_fifo_index", table=(db, t)) for t in missing]
-                )
-            except QueueNotFound:
-                raise
-            except ShardError:
-                if self._without_fifo_index(db, tables):
-                    raise
-        done.add(db)
+        with _FIFO_INDEX_LOCK:  # one ALTER per table from this process, not one per request
+            if db in done:
+                return
+            tables = [f"jobs_p{p}" for p in range(1, self.limits.num_priorities + 1)]
+            for table in self._without_fifo_index(db, tables):
+                try:
+                    self._ddl([self.queries.render("create_fifo_index", table=(db, table))])
+                except ShardError as exc:
+                    if _error_code(exc) != DUPLICATE_KEY_NAME:
+                        raise
+            done.add(db)
 
     def _without_fifo_index(self, db: str, tables: Sequence[str]) -> list[str]:
         """The tables of `tables` in `db` without the fifo index."""
@@ -813,3 +815,12 @@ def _release_lock(conn: Any, name: str) -> None:
             cur.close()
     except Exception:  # noqa: BLE001 - see the docstring
         pass
+
+
+def _error_code(exc: BaseException) -> int | None:
+    """The MySQL error code behind a translated error (its cause), if any."""
+    cause = exc.__cause__
+    if isinstance(cause, pymysql.err.MySQLError) and cause.args:
+        code = cause.args[0]
+        return code if isinstance(code, int) else None
+    return None
