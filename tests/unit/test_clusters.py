@@ -4,6 +4,7 @@ routed by their shard, and a `cluster:` change that moves nothing while the queu
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -11,11 +12,13 @@ import yaml
 
 from pinlater.app import App, NotDurable, load_config
 from pinlater.common.sections import ConfigError
-from pinlater.idl import RequestContext
+from pinlater.idl import ErrorCode, RequestContext
 from pinlater.idl import pinlater_thrift as T
 from pinlater.ops.queue_settings import parse_queue_config
 from pinlater.storage.clusters import ClusterRouter
-from pinlater.storage.models import JobState
+from pinlater.storage.descriptors import JobDescriptor
+from pinlater.storage.models import Ack, ClaimMatch, JobState
+from tests.conformance.faults import intercepted, lost_connection
 from tests.conformance.wire import loopback_client
 from tests.support.readme_blocks import blocks
 
@@ -228,3 +231,74 @@ def test_require_durable_holds_per_cluster(tmp_path, strict):
             assert app.store.homes() == {}
     finally:
         app.close()
+
+
+def test_requests_for_a_queue_never_call_the_other_clusters_shards(app_with):
+    app, client = app_with({"cold": {"cluster": "b"}})
+    client.createQueue(CTX, "hot")
+    client.createQueue(CTX, "cold")
+    methods = ("enqueue", "dequeue", "ack", "lookup", "count", "scan")
+    with contextlib.ExitStack() as stack:
+        calls = [
+            stack.enter_context(intercepted(app.store, m, shards=["b1", "b2"])) for m in methods
+        ]
+        for _ in range(5):
+            [d] = enqueue(client, "hot", b"h")
+            assert client.dequeueJobs(CTX, T.PinLaterDequeueRequest(queueName="hot", limit=1)).jobs
+            acks = [T.PinLaterJobAckInfo(jobDescriptor=d)]
+            client.ackDequeuedJobs(
+                CTX, T.PinLaterJobAckRequest(queueName="hot", jobsSucceeded=acks)
+            )
+            client.lookupJobs(CTX, T.PinLaterLookupJobRequest(jobDescriptors=[d]))
+            client.getJobCount(CTX, T.PinLaterGetJobCountRequest(queueName="hot", jobState=2))
+            client.scanJobs(CTX, T.PinLaterScanJobsRequest(queueName="hot", jobState=2, limit=10))
+    assert sum(sum(c.count.values()) for c in calls) == 0
+
+
+def test_a_failing_cluster_leaves_the_other_serving(app_with):
+    app, client = app_with({"cold": {"cluster": "b"}})
+    client.createQueue(CTX, "hot")
+    client.createQueue(CTX, "cold")
+    store = app.store
+    with (
+        intercepted(
+            store, "enqueue", fail_with=lost_connection, shards=["b1", "b2"], keep_health=True
+        ),
+        intercepted(
+            store, "dequeue", fail_with=lost_connection, shards=["b1", "b2"], keep_health=True
+        ),
+    ):
+        codes = []
+        for _ in range(20):  # until both b shards are out
+            with pytest.raises(T.PinLaterException) as info:
+                enqueue(client, "cold", b"c")
+            codes.append(info.value.errorCode)
+            if info.value.errorCode == ErrorCode.NO_HEALTHY_SHARDS:
+                break
+        assert codes[-1] == ErrorCode.NO_HEALTHY_SHARDS, codes
+        assert not store.health.is_healthy("b1") and not store.health.is_healthy("b2")
+        assert sorted(store.health.unhealthy()) == ["b1", "b2"]
+        [d] = enqueue(client, "hot", b"h")
+        got = client.dequeueJobs(CTX, T.PinLaterDequeueRequest(queueName="hot", limit=5))
+        assert list(got.jobs) == [d] and store.health.is_healthy("a1")
+        assert store.enqueue_candidates() == ["a1"]
+    assert sorted(store.probe_unhealthy()) == ["b1", "b2"]
+    assert shard_of(enqueue(client, "cold", b"back")[0]) in {"b1", "b2"}
+
+
+def test_piggy_backed_acks_from_before_a_move_do_not_fail_the_dequeue(app_with):
+    """A worker acks a job of the queue's old cluster with its next dequeue, after the queue
+    was deleted there and created on the new one: the ack is moot, the dequeue is served."""
+    app, client = app_with({"jobs": {"cluster": "a"}})
+    client.createQueue(CTX, "jobs")
+    [d] = enqueue(client, "jobs", b"old")
+    client.dequeueJobs(CTX, T.PinLaterDequeueRequest(queueName="jobs", limit=1))
+    old = JobDescriptor.parse(d)
+    claim = app.store.lookup([old], include_body=False)[old].claim
+    app.store.configure({"jobs": "b"})
+    app.store.delete_queue("jobs")
+    client.createQueue(CTX, "jobs")
+    [c] = enqueue(client, "jobs", b"new")
+    ack = Ack(old.priority, old.local_id, ClaimMatch(source="", claim=claim))
+    got = app.store.dequeue("jobs", 5, "w", acks=([("a1", ack)], []))
+    assert [str(g) for g, _ in got] == [c]
