@@ -18,6 +18,7 @@ from pinlater.ops.queue_settings import parse_queue_config
 from pinlater.storage.clusters import ClusterRouter
 from pinlater.storage.descriptors import JobDescriptor
 from pinlater.storage.models import Ack, ClaimMatch, JobState
+from pinlater.storage.sharded import ShardedBackend
 from tests.conformance.faults import intercepted, lost_connection
 from tests.conformance.wire import loopback_client
 from tests.support.readme_blocks import blocks
@@ -302,3 +303,22 @@ def test_piggy_backed_acks_from_before_a_move_do_not_fail_the_dequeue(app_with):
     ack = Ack(old.priority, old.local_id, ClaimMatch(source="", claim=claim))
     got = app.store.dequeue("jobs", 5, "w", acks=([("a1", ack)], []))
     assert [str(g) for g, _ in got] == [c]
+
+
+#: ShardedBackend methods the router inherits as they are: they reach storage only through
+#: `shard`, `call` and `_fan_out` (routed per shard) and the shared signals and empty map
+INHERITED = {"ack", "checkpoint", "lookup", "jobs_may_be_due", "shift_shard_clocks"}
+
+
+def test_every_public_store_method_is_routed_or_known_to_work_through_the_shards():
+    """A method added to ShardedBackend must be dispatched by ClusterRouter too (or, when it
+    only uses `shard`/`call`, listed in INHERITED): inherited unchanged it would read a shard
+    set the router does not have."""
+    public = {
+        name
+        for name, value in vars(ShardedBackend).items()
+        if not name.startswith("_") and callable(value)
+    }
+    routed = {name for name in vars(ClusterRouter) if name in public}
+    assert public - routed - INHERITED == set()
+    assert public >= INHERITED and not INHERITED & routed
