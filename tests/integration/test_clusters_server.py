@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import time
 import urllib.request
 
@@ -156,6 +157,9 @@ def _check_metrics_and_admin(metrics_port: int) -> None:
     }
     status, body, _ = api.get("/api/v1/queues/ledger")
     assert status == 200 and body["cluster"] == "durable", body
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/health", timeout=5) as reply:
+        health = json.loads(reply.read())
+    assert {s["name"]: s["cluster"] for s in health["shards"]}["m2"] == "durable"
     status, body, _ = api.get("/api/v1/server")
     assert body["backend"]["clusters"] == {"hot": "redis", "durable": "mysql"}
     out = io.StringIO()
