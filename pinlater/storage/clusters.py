@@ -250,7 +250,14 @@ class ClusterRouter(ShardedBackend):
     # ---------------------------------------------------------------- queues
 
     def create_queue(self, queue: str) -> None:
+        """In the cluster holding the queue; but a home that differs from the setting is
+        checked first: another server may have moved the queue meanwhile (deleted it there and
+        created it on the configured cluster), and creating it again in the old home would
+        split it over two clusters."""
         cluster = self.cluster_of(queue)
+        wanted = self._settings.get(queue, self.default)
+        if cluster != wanted and queue not in self.clusters[cluster].queue_names():
+            cluster = wanted
         self.clusters[cluster].create_queue(queue)
         with self._lock:
             self._homes[queue] = cluster

@@ -322,3 +322,28 @@ def test_every_public_store_method_is_routed_or_known_to_work_through_the_shards
     routed = {name for name in vars(ClusterRouter) if name in public}
     assert public - routed - INHERITED == set()
     assert public >= INHERITED and not INHERITED & routed
+
+
+def test_a_server_that_missed_a_move_creates_the_queue_where_the_setting_says(tmp_path):
+    """Two servers on the same storage; the first moves `jobs` (delete on a, create on b) while
+    the second still believes it lives on a: the second's createQueue must not bring it back
+    on a, and its requests follow."""
+    queues = tmp_path / "queues.yaml"
+    write_queues(queues, {"jobs": {"cluster": "a"}})
+    config = load_config(env={}, overrides=sections(tmp_path, queue_config=str(queues)))
+    one, two = App(config), App(config)
+    try:
+        first, second = loopback_client(one.handler), loopback_client(two.handler)
+        first.createQueue(CTX, "jobs")
+        two.store.discover()
+        assert two.store.cluster_of("jobs") == "a"
+        for app in (one, two):
+            app.store.configure({"jobs": "b"})
+        one.store.delete_queue("jobs")
+        first.createQueue(CTX, "jobs")
+        second.createQueue(CTX, "jobs")  # stale: it still thinks a holds the queue
+        assert one.store.clusters["a"].queue_names() == set()
+        assert shard_of(enqueue(second, "jobs", b"x")[0]) in {"b1", "b2"}
+    finally:
+        one.close()
+        two.close()
