@@ -1,4 +1,4 @@
-"""The prefetching broker's storage primitives (docs/semantics.md `F-...`): prefetch reserves
+"""The prefetching broker's storage primitives (docs/semantics.md `R-...`): prefetch reserves
 jobs as a dequeue would claim them, using no attempt; hand_out makes them ordinary claims
 whose timeout counts from then; release and an expired deadline give them back with nothing
 used; acks and checkpoints of a reserved job apply as to a handed-out one; fencing by claim."""
@@ -35,7 +35,7 @@ def refs(jobs: list[DequeuedJob]) -> list[tuple[int, str]]:
     return [(j.local_id, j.claim or "") for j in jobs]
 
 
-@check(rule="F-prefetch")
+@check(rule="R-prefetch")
 def prefetch_reserves_in_dequeue_order_using_no_attempt(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"later", run_after_ms=now + HOUR_MS)
@@ -59,7 +59,7 @@ def prefetch_reserves_in_dequeue_order_using_no_attempt(kit: Kit) -> None:
     assert kit.count(IN_PROGRESS) == 2 and kit.count(PENDING, future=True) == 1
 
 
-@check(rule="F-prefetch")
+@check(rule="R-prefetch")
 def prefetch_claims_only_what_fits_its_budget(kit: Kit) -> None:
     kit.enqueue(b"x" * 100, b"y" * 100, b"z" * 100)
     jobs = kit.shard.prefetch(QUEUE, 1, 10, new_claim(BROKER), HOLD_MS, ByteBudget(250))
@@ -67,7 +67,7 @@ def prefetch_claims_only_what_fits_its_budget(kit: Kit) -> None:
     assert kit.record(3).state == PENDING
 
 
-@check(rule="F-hand-out")
+@check(rule="R-hand-out")
 def hand_out_starts_the_claim_timeout_and_uses_no_attempt(kit: Kit) -> None:
     kit.enqueue(b"a", b"b", attempts_allowed=2)
     jobs = prefetch(kit, hold_ms=HOUR_MS)
@@ -90,7 +90,7 @@ def hand_out_starts_the_claim_timeout_and_uses_no_attempt(kit: Kit) -> None:
     assert [r.attempts_remaining for r in kit.records([1, 2])] == [1, 1]
 
 
-@check(rule=("F-hand-out", "C-source-match"))
+@check(rule=("R-hand-out", "C-source-match"))
 def hand_out_may_give_the_jobs_the_requests_own_claim(kit: Kit) -> None:
     kit.enqueue(b"a", b"b")
     jobs = prefetch(kit)
@@ -104,7 +104,7 @@ def hand_out_may_give_the_jobs_the_requests_own_claim(kit: Kit) -> None:
     assert kit.record(1).state == SUCCEEDED
 
 
-@check(rule=("F-hand-out", "C-claim-fences"))
+@check(rule=("R-hand-out", "C-claim-fences"))
 def hand_out_and_release_are_fenced_by_the_prefetch_claim(kit: Kit) -> None:
     kit.enqueue(b"a", b"b")
     jobs = prefetch(kit)
@@ -118,7 +118,7 @@ def hand_out_and_release_are_fenced_by_the_prefetch_claim(kit: Kit) -> None:
     assert kit.shard.hand_out(QUEUE, 1, []) == 0 and kit.shard.release(QUEUE, 1, []) == 0
 
 
-@check(rule="F-release")
+@check(rule="R-release")
 def release_returns_jobs_at_once_in_their_place_with_nothing_used(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"old", run_after_ms=now - 50, attempts_allowed=1)
@@ -133,7 +133,7 @@ def release_returns_jobs_at_once_in_their_place_with_nothing_used(kit: Kit) -> N
     assert [j.body for j in kit.dequeue(3)] == [b"old", b"new", b"newest"]
 
 
-@check(rule="F-reserve-expiry")
+@check(rule="R-reserve-expiry")
 def reclaim_returns_expired_reservations_using_no_attempt(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"one-attempt", run_after_ms=now - 10, attempts_allowed=1)
@@ -158,7 +158,7 @@ def reclaim_returns_expired_reservations_using_no_attempt(kit: Kit) -> None:
     assert [j.body for j in kit.dequeue()] == [b"one-attempt", b"two"]
 
 
-@check(rule=("F-reserve-expiry", "J-batches"))
+@check(rule=("R-reserve-expiry", "J-batches"))
 def reclaim_of_reservations_and_claims_stops_at_the_limit(kit: Kit) -> None:
     kit.enqueue(*[b"x"] * 3)
     kit.dequeue(1)
@@ -171,7 +171,7 @@ def reclaim_of_reservations_and_claims_stops_at_the_limit(kit: Kit) -> None:
     assert kit.count(PENDING) == 3
 
 
-@check(rule="F-reserved-ack")
+@check(rule="R-reserved-ack")
 def acks_of_a_reserved_job_apply_as_if_it_was_handed_out(kit: Kit) -> None:
     kit.enqueue(b"ok", b"retry", attempts_allowed=2)
     jobs = prefetch(kit)
@@ -187,7 +187,7 @@ def acks_of_a_reserved_job_apply_as_if_it_was_handed_out(kit: Kit) -> None:
     assert kit.shard.reclaim_expired(QUEUE, 1, LONG_TIMEOUT_MS, 10).released == 0
 
 
-@check(rule="F-reserved-ack")
+@check(rule="R-reserved-ack")
 def a_checkpoint_of_a_reserved_job_hands_it_out(kit: Kit) -> None:
     kit.enqueue(b"a")
     (job,) = prefetch(kit)
@@ -200,7 +200,7 @@ def a_checkpoint_of_a_reserved_job_hands_it_out(kit: Kit) -> None:
     assert kit.shard.release(QUEUE, 1, refs([job])) == 0
 
 
-@check(rule=("F-prefetch", "A-ledger-counts", "A-books-balance"))
+@check(rule=("R-prefetch", "A-ledger-counts", "A-books-balance"))
 def ledger_counts_the_prefetch_claim_and_no_return(kit: Kit) -> None:
     kit.enqueue(b"a", b"b", b"c")
     jobs = prefetch(kit)
