@@ -5,6 +5,10 @@ used; acks and checkpoints of a reserved job apply as to a handed-out one; fenci
 
 from __future__ import annotations
 
+import functools
+import threading
+from collections import Counter
+
 from pinlater.storage.claims import claim_source, new_claim
 from pinlater.storage.contract import ByteBudget
 from pinlater.storage.models import Ack, Checkpoint, ClaimMatch, DequeuedJob
@@ -19,6 +23,7 @@ from pinlater.storage.shard_kit.kit import (
     by_source,
     held,
 )
+from pinlater.storage.shard_kit.races import retried, run_threads
 from pinlater.storage.shard_kit.registry import check
 
 BROKER = "broker:server1"
@@ -211,3 +216,56 @@ def ledger_counts_the_prefetch_claim_and_no_return(kit: Kit) -> None:
     found = kit.shard.ledger(QUEUE)
     assert {k: v for k, v in found.counters.items() if v} == {"enqueued": 3, "dequeued": 3}
     assert found.states == {PENDING: 2, IN_PROGRESS: 1} and found.balanced
+
+
+@check(rule=("R-prefetch", "X-claim-once"))
+def two_brokers_and_a_dequeuer_take_every_job_exactly_once(kit: Kit) -> None:
+    """Two servers both believing they own the partition (a lease moving) and a plain
+    dequeue: storage claims each job once, whatever the leases say."""
+    ids = kit.enqueue(*[b"%d" % i for i in range(600)])
+    taken: Counter = Counter()
+    lock = threading.Lock()
+
+    def take(call) -> None:
+        for _ in range(600):  # bounded
+            jobs = retried(call)
+            if not jobs:
+                return
+            with lock:
+                taken.update(j.local_id for j in jobs)
+
+    run_threads(
+        [
+            functools.partial(take, functools.partial(prefetch, kit, 17)),
+            functools.partial(take, functools.partial(prefetch, kit, 13)),
+            functools.partial(take, functools.partial(kit.dequeue, 11)),
+        ]
+    )
+    assert sorted(taken) == sorted(ids) and set(taken.values()) == {1}
+
+
+@check(rule=("R-hand-out", "R-reserve-expiry"))
+def hand_outs_racing_the_reclaimer_end_each_reservation_once(kit: Kit) -> None:
+    """A late broker handing out while the janitor returns its expired reservations: each job
+    ends up either handed out (IN_PROGRESS) or PENDING again, never both, nothing used."""
+    kit.enqueue(*[b"x"] * 300, attempts_allowed=2)
+    jobs = prefetch(kit, limit=300, hold_ms=1000)
+    kit.advance(2000)
+    handed: list[int] = []
+    returned: list[int] = []
+
+    def broker() -> None:
+        for start in range(0, 300, 10):
+            batch = refs(jobs[start : start + 10])
+            handed.append(retried(functools.partial(kit.shard.hand_out, QUEUE, 1, batch)))
+
+    def janitor() -> None:
+        for _ in range(100):  # bounded
+            counts = retried(lambda: kit.shard.reclaim_expired(QUEUE, 1, LONG_TIMEOUT_MS, 7))
+            returned.append(counts.released)
+
+    run_threads([broker, janitor])
+    assert sum(handed) == kit.count(IN_PROGRESS, cap=1000)
+    assert sum(returned) == kit.count(PENDING, cap=1000)
+    assert sum(handed) + sum(returned) == 300
+    assert {r.attempts_remaining for r in kit.records([j.local_id for j in jobs])} == {2}
