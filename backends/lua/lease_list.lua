@@ -1,5 +1,5 @@
 #!lua flags=no-writes
--- lease_list: the unexpired leases whose name starts with a prefix (semantics.md R-leases).
+-- lease_list: the unexpired leases whose name starts with a prefix (semantics.md S-leases).
 -- KEYS[1] registry HASH pl:<shard>:queues (unused; every script names it)
 -- ARGV[1] leases HASH pl:<shard>:leases (see lease_take.lua), ARGV[2] name prefix ('' all)
 -- ARGV[3] clock offset ms, ARGV[4] the most leases to return

@@ -201,7 +201,7 @@ class Shard(abc.ABC):
         With a `budget`, only the leading jobs that fit it (`ByteBudget.fitting`) are claimed
         and returned; the rest stay as they were, and bodies of jobs left out are not read."""
 
-    # ---- prefetching broker (docs/semantics.md `R-...`) ----
+    # ---- prefetching broker (docs/semantics.md `S-...`) ----
     @abc.abstractmethod
     def prefetch(
         self,

@@ -1,4 +1,4 @@
-"""The prefetching broker's storage primitives (docs/semantics.md `R-...`): prefetch reserves
+"""The prefetching broker's storage primitives (docs/semantics.md `S-...`): prefetch reserves
 jobs as a dequeue would claim them, using no attempt; hand_out makes them ordinary claims
 whose timeout counts from then; release and an expired deadline give them back with nothing
 used; acks and checkpoints of a reserved job apply as to a handed-out one; fencing by claim."""
@@ -40,7 +40,7 @@ def refs(jobs: list[DequeuedJob]) -> list[tuple[int, str]]:
     return [(j.local_id, j.claim or "") for j in jobs]
 
 
-@check(rule="R-prefetch")
+@check(rule="S-prefetch")
 def prefetch_reserves_in_dequeue_order_using_no_attempt(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"later", run_after_ms=now + HOUR_MS)
@@ -64,7 +64,7 @@ def prefetch_reserves_in_dequeue_order_using_no_attempt(kit: Kit) -> None:
     assert kit.count(IN_PROGRESS) == 2 and kit.count(PENDING, future=True) == 1
 
 
-@check(rule="R-prefetch")
+@check(rule="S-prefetch")
 def prefetch_claims_only_what_fits_its_budget(kit: Kit) -> None:
     kit.enqueue(b"x" * 100, b"y" * 100, b"z" * 100)
     jobs = kit.shard.prefetch(QUEUE, 1, 10, new_claim(BROKER), HOLD_MS, ByteBudget(250))
@@ -72,7 +72,7 @@ def prefetch_claims_only_what_fits_its_budget(kit: Kit) -> None:
     assert kit.record(3).state == PENDING
 
 
-@check(rule="R-hand-out")
+@check(rule="S-hand-out")
 def hand_out_starts_the_claim_timeout_and_uses_no_attempt(kit: Kit) -> None:
     kit.enqueue(b"a", b"b", attempts_allowed=2)
     jobs = prefetch(kit, hold_ms=HOUR_MS)
@@ -95,7 +95,7 @@ def hand_out_starts_the_claim_timeout_and_uses_no_attempt(kit: Kit) -> None:
     assert [r.attempts_remaining for r in kit.records([1, 2])] == [1, 1]
 
 
-@check(rule=("R-hand-out", "C-source-match"))
+@check(rule=("S-hand-out", "C-source-match"))
 def hand_out_may_give_the_jobs_the_requests_own_claim(kit: Kit) -> None:
     kit.enqueue(b"a", b"b")
     jobs = prefetch(kit)
@@ -109,7 +109,7 @@ def hand_out_may_give_the_jobs_the_requests_own_claim(kit: Kit) -> None:
     assert kit.record(1).state == SUCCEEDED
 
 
-@check(rule=("R-hand-out", "C-claim-fences"))
+@check(rule=("S-hand-out", "C-claim-fences"))
 def hand_out_and_release_are_fenced_by_the_prefetch_claim(kit: Kit) -> None:
     kit.enqueue(b"a", b"b")
     jobs = prefetch(kit)
@@ -123,7 +123,7 @@ def hand_out_and_release_are_fenced_by_the_prefetch_claim(kit: Kit) -> None:
     assert kit.shard.hand_out(QUEUE, 1, []) == 0 and kit.shard.release(QUEUE, 1, []) == 0
 
 
-@check(rule="R-release")
+@check(rule="S-release")
 def release_returns_jobs_at_once_in_their_place_with_nothing_used(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"old", run_after_ms=now - 50, attempts_allowed=1)
@@ -138,7 +138,7 @@ def release_returns_jobs_at_once_in_their_place_with_nothing_used(kit: Kit) -> N
     assert [j.body for j in kit.dequeue(3)] == [b"old", b"new", b"newest"]
 
 
-@check(rule="R-reserve-expiry")
+@check(rule="S-reserve-expiry")
 def reclaim_returns_expired_reservations_using_no_attempt(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"one-attempt", run_after_ms=now - 10, attempts_allowed=1)
@@ -163,7 +163,7 @@ def reclaim_returns_expired_reservations_using_no_attempt(kit: Kit) -> None:
     assert [j.body for j in kit.dequeue()] == [b"one-attempt", b"two"]
 
 
-@check(rule=("R-reserve-expiry", "J-batches"))
+@check(rule=("S-reserve-expiry", "J-batches"))
 def reclaim_of_reservations_and_claims_stops_at_the_limit(kit: Kit) -> None:
     kit.enqueue(*[b"x"] * 3)
     kit.dequeue(1)
@@ -176,7 +176,7 @@ def reclaim_of_reservations_and_claims_stops_at_the_limit(kit: Kit) -> None:
     assert kit.count(PENDING) == 3
 
 
-@check(rule="R-reserved-ack")
+@check(rule="S-reserved-ack")
 def acks_of_a_reserved_job_apply_as_if_it_was_handed_out(kit: Kit) -> None:
     kit.enqueue(b"ok", b"retry", attempts_allowed=2)
     jobs = prefetch(kit)
@@ -192,7 +192,7 @@ def acks_of_a_reserved_job_apply_as_if_it_was_handed_out(kit: Kit) -> None:
     assert kit.shard.reclaim_expired(QUEUE, 1, LONG_TIMEOUT_MS, 10).released == 0
 
 
-@check(rule="R-reserved-ack")
+@check(rule="S-reserved-ack")
 def a_checkpoint_of_a_reserved_job_hands_it_out(kit: Kit) -> None:
     kit.enqueue(b"a")
     (job,) = prefetch(kit)
@@ -205,7 +205,7 @@ def a_checkpoint_of_a_reserved_job_hands_it_out(kit: Kit) -> None:
     assert kit.shard.release(QUEUE, 1, refs([job])) == 0
 
 
-@check(rule=("R-prefetch", "A-ledger-counts", "A-books-balance"))
+@check(rule=("S-prefetch", "A-ledger-counts", "A-books-balance"))
 def ledger_counts_the_prefetch_claim_and_no_return(kit: Kit) -> None:
     kit.enqueue(b"a", b"b", b"c")
     jobs = prefetch(kit)
@@ -218,7 +218,7 @@ def ledger_counts_the_prefetch_claim_and_no_return(kit: Kit) -> None:
     assert found.states == {PENDING: 2, IN_PROGRESS: 1} and found.balanced
 
 
-@check(rule=("R-prefetch", "X-claim-once"))
+@check(rule=("S-prefetch", "X-claim-once"))
 def two_brokers_and_a_dequeuer_take_every_job_exactly_once(kit: Kit) -> None:
     """Two servers both believing they own the partition (a lease moving) and a plain
     dequeue: storage claims each job once, whatever the leases say."""
@@ -244,7 +244,7 @@ def two_brokers_and_a_dequeuer_take_every_job_exactly_once(kit: Kit) -> None:
     assert sorted(taken) == sorted(ids) and set(taken.values()) == {1}
 
 
-@check(rule=("R-hand-out", "R-reserve-expiry"))
+@check(rule=("S-hand-out", "S-reserve-expiry"))
 def hand_outs_racing_the_reclaimer_end_each_reservation_once(kit: Kit) -> None:
     """A late broker handing out while the janitor returns its expired reservations: each job
     ends up either handed out (IN_PROGRESS) or PENDING again, never both, nothing used."""
