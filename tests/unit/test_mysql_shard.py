@@ -135,6 +135,17 @@ def test_janitor_statements_use_the_updated_at_index(shard, queue, name, params)
     assert "filesort" not in (rows[0]["Extra"] or "").lower()
 
 
+def test_the_return_of_expired_reservations_walks_the_reserved_index(shard, queue):
+    """reclaim_reserved reads reservations alone (the `reserved` index), never every claim of
+    the table sorted (the planner took `updated` with a filesort without the hint)."""
+    enqueue(shard, queue, *[b"x"] * 50)
+    shard.prefetch(queue, 1, 1, new_claim(SOURCE), 60_000)
+    sql = shard._sql("reclaim_reserved", shard._job_table(None, queue, 1))
+    rows = explain(shard, sql, {"now": shard.now_ms(), "limit": 10})
+    assert rows[0]["key"] == "reserved"
+    assert "filesort" not in (rows[0]["Extra"] or "").lower()
+
+
 # ---------------------------------------------------------------- concurrency
 
 
