@@ -45,7 +45,11 @@ from pinlater.storage.contract import (
     StorageLimits,
 )
 from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
-from pinlater.storage.leases import check_lease
+from pinlater.storage.leases import (
+    LEASE_FORGOTTEN_AFTER_MS,
+    LEASES_FORGOTTEN_PER_CALL,
+    check_lease,
+)
 from pinlater.storage.ledger import LedgerBook, book_from
 from pinlater.storage.models import (
     AGED_STATES,
@@ -396,7 +400,14 @@ class RedisShard(Shard):
     def live_leases(self, prefix: str) -> dict[str, str]:
         if prefix:
             check_lease(prefix)
-        args = [keys.lease_key(self.name), prefix, self._offset(), MAX_LEASES_LISTED]
+        args = [
+            keys.lease_key(self.name),
+            prefix,
+            self._offset(),
+            MAX_LEASES_LISTED,
+            LEASE_FORGOTTEN_AFTER_MS,
+            LEASES_FORGOTTEN_PER_CALL,
+        ]
         flat = self._run(self._scripts.lease_list, None, args)
         return {_decode_text(flat[i]): _decode_text(flat[i + 1]) for i in range(0, len(flat), 2)}
 

@@ -57,7 +57,11 @@ from pinlater.storage.contract import (
     Shard,
 )
 from pinlater.storage.errors import QueueBusy, QueueNotFound, ShardError
-from pinlater.storage.leases import check_lease
+from pinlater.storage.leases import (
+    LEASE_FORGOTTEN_AFTER_MS,
+    LEASES_FORGOTTEN_PER_CALL,
+    check_lease,
+)
 from pinlater.storage.ledger import COUNTERS, LedgerBook, book_from, deltas
 from pinlater.storage.models import (
     AGED_STATES,
@@ -1144,9 +1148,12 @@ class SQLShard(Shard):
         if prefix:
             check_lease(prefix)
         self._ensure_leases()
-        with self._read() as cur:
+        with self._write() as cur:
+            now = self._tx_now(cur)
+            stale = {"stale": now - LEASE_FORGOTTEN_AFTER_MS, "limit": LEASES_FORGOTTEN_PER_CALL}
+            self._run(cur, "lease_prune", self.lease_table, stale)
             params = {
-                "now": self._tx_now(cur),
+                "now": now,
                 "prefix": prefix,
                 "prefix_length": len(prefix),
                 "limit": MAX_LEASES_LISTED,

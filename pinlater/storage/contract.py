@@ -431,8 +431,10 @@ class Shard(abc.ABC):
     @abc.abstractmethod
     def live_leases(self, prefix: str) -> dict[str, str]:
         """name -> owner of every unexpired lease whose name starts with `prefix` (a server
-        heartbeat is a lease of its own, so this also tells which servers are alive). One
-        read; at most MAX_LEASES_LISTED leases."""
+        heartbeat is a lease of its own, so this also tells which servers are alive); at
+        most MAX_LEASES_LISTED leases. One transaction (script call), which also forgets a
+        few leases expired for a day (`pinlater.storage.leases`), so per-process heartbeats
+        do not pile up over restarts."""
 
     # ---- runtime queue settings (one document, kept on the first shard of the map) ----
     @abc.abstractmethod

@@ -24,6 +24,7 @@ from pinlater.errors import QueueNotFound
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
+from pinlater.storage.leases import LEASE_FORGOTTEN_AFTER_MS, LEASES_FORGOTTEN_PER_CALL
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.shard_kit import MAIN, OTHER, Capabilities, Storage, exercise
 from pinlater.storage.shard_kit.races import run_threads
@@ -853,3 +854,25 @@ def test_fifo_dequeue_waits_for_the_queues_named_lock_and_releases_its_own(
             cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
     finally:
         other.close()
+
+
+def test_live_leases_forgets_leases_expired_for_a_day(shard, server):
+    """Per-process heartbeats must not pile up: live_leases drops leases expired a day ago
+    (at most LEASES_FORGOTTEN_PER_CALL a call) and keeps the others, expired or not."""
+    db, table = shard.lease_table
+    server.query(f"DROP TABLE IF EXISTS `{db}`.`{table}`")
+    shard._leases_ready = False
+    for i in range(LEASES_FORGOTTEN_PER_CALL + 5):
+        assert shard.acquire_lease(f"server/old{i}", f"old{i}", 1000)
+    shard.clock_offset_ms += LEASE_FORGOTTEN_AFTER_MS + 2000
+    assert shard.acquire_lease("server/recent-expired", "r", 1)
+    assert shard.acquire_lease("server/live", "l", 60_000)
+    shard.clock_offset_ms += 10
+
+    def rows() -> int:
+        return int(server.query(f"SELECT COUNT(*) FROM `{db}`.`{table}`")[0][0])
+
+    assert shard.live_leases("server/") == {"server/live": "l"}
+    assert rows() == 2 + 5
+    assert shard.live_leases("") == {"server/live": "l"}
+    assert rows() == 2
