@@ -19,10 +19,12 @@ server and storage. Each round, per backend, side by side:
 * dequeue+ack: load through the server (dequeue 100, then ack them) and its ceiling;
 * worker: `pinlater-worker` with its default options and a no-op handler draining a queue
   filled with the same number of jobs, next to the round's raw dequeue+ack rate; its CPU per
-  job is the worker process's own from its "worker started" line (imports excluded; the load
-  clients' figures include their start-up). `--worker-baseline DIR` also runs the worker of
-  another checkout (e.g. a clone of main) each round right after, so a change to the worker
-  is compared with its baseline in the same run.
+  job is the worker process's own from its "worker started" line (imports excluded; with
+  `--client cli` the load clients' figures include their start-up). The raw rate is the load
+  client's through the same server (the lean client unless `--client cli`).
+  `--worker-baseline DIR` also runs the worker of another checkout (e.g. a clone of main)
+  each round right after, so a change to the worker is compared with its baseline in the
+  same run.
 
 The load through the server comes from scripts/lean_load.py, the same for every backend:
 pre-encoded enqueue frames replayed over framed sockets (replies checked by their descriptor
@@ -43,7 +45,8 @@ per-round trend shows whether a backend slows as work accumulates; it is printed
 per job of each round, which separates a real slowdown (more CPU per job) from the shared
 machine getting busier (rates fall, CPU per job flat). CPU time per 100 jobs is
 given per process (server, storage, load client, this process), less noisy than rates on a
-busy machine.
+busy machine; "cpu ratio" (ceiling side's CPU per job / server side's) is what the rate ratio
+tends to when the cores are the bound (a shared 2-core machine).
 """
 
 from __future__ import annotations
@@ -406,6 +409,17 @@ def ratios(top: list[Measure], bottom: list[Measure]) -> list[float]:
     return [a.rate / b.rate for a, b in zip(top, bottom, strict=False) if b.rate]
 
 
+def cpu_ratios(top: list[Measure], bottom: list[Measure]) -> list[float]:
+    """Per round: all CPU per job on the ceiling side / all CPU per job on the server side
+    (every process, load client included). Where the machine's cores are the bound (shared
+    with other work, or fewer than the processes need), the rate ratio tends to this."""
+    return [
+        sum(b.cpu.values()) / sum(a.cpu.values())
+        for a, b in zip(top, bottom, strict=False)
+        if sum(a.cpu.values())
+    ]
+
+
 def spread(values: list[float], fmt: str = "{:.2f}") -> str:
     if not values:
         return "-"
@@ -463,12 +477,13 @@ def _mode_summary(kind: str, mode: str, srv: list[Measure], top: list[Measure]) 
         "ceiling_cpu_ms_per_100": _median_cpu(top),
         "server_cpu_by_round": [m.cpu.get("server", 0.0) for m in srv],
         "ceiling_cpu_by_round": [m.cpu.get("bench", 0.0) for m in top],
+        "cpu_ratio": [round(x, 3) for x in cpu_ratios(srv, top)],
     }
     label = "dequeue+ack" if mode == "dequeue" else mode
     print(
         f"{kind:6} {label:11} server {spread([m.rate for m in srv], '{:,.0f}')} jobs/s"
         f"  ceiling {spread([m.rate for m in top], '{:,.0f}')} jobs/s"
-        f"  ratio {spread(ratios(srv, top))}"
+        f"  ratio {spread(ratios(srv, top))}  cpu ratio {spread(cpu_ratios(srv, top))}"
     )
     print(
         f"{'':18} server p50 {_ms(row['server_p50_ms'])} p99 {_ms(row['server_p99_ms'])}"
