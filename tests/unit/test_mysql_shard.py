@@ -24,6 +24,7 @@ from pinlater.errors import QueueNotFound
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
+from pinlater.storage.leases import LEASE_FORGOTTEN_AFTER_MS, LEASES_FORGOTTEN_PER_CALL
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.shard_kit import MAIN, OTHER, Capabilities, Storage, exercise
 from pinlater.storage.shard_kit.races import run_threads
@@ -132,6 +133,17 @@ def test_janitor_statements_use_the_updated_at_index(shard, queue, name, params)
     sql = shard._sql(name, shard._job_table(None, queue, 1))
     rows = explain(shard, sql, params)
     assert rows[0]["key"] == "updated"
+    assert "filesort" not in (rows[0]["Extra"] or "").lower()
+
+
+def test_the_return_of_expired_reservations_walks_the_reserved_index(shard, queue):
+    """reclaim_reserved reads reservations alone (the `reserved` index), never every claim of
+    the table sorted (the planner took `updated` with a filesort without the hint)."""
+    enqueue(shard, queue, *[b"x"] * 50)
+    shard.prefetch(queue, 1, 1, new_claim(SOURCE), 60_000)
+    sql = shard._sql("reclaim_reserved", shard._job_table(None, queue, 1))
+    rows = explain(shard, sql, {"now": shard.now_ms(), "limit": 10})
+    assert rows[0]["key"] == "reserved"
     assert "filesort" not in (rows[0]["Extra"] or "").lower()
 
 
@@ -427,6 +439,70 @@ def test_a_queue_from_before_the_ledger_gets_its_table_and_slots_on_first_use(ba
     assert book.present == 4 and book.balanced
     shard.delete_queue(name)
     shard.close()
+
+
+def test_a_queue_from_before_the_broker_gets_its_reserve_column_on_first_use(backend, server):
+    """A job table made before the prefetching broker has no reserved_until: the first
+    statement that names it meets error 1054, every such table of the shard gets the column
+    and its index (QueueBusy, retried by the sharded layer), and the retried call works."""
+    shard = open_shard(backend, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    shard.enqueue(name, [NewJob(b"a"), NewJob(b"b", priority=2)])
+    db = shard.database(name)
+    for priority in (1, 2, 3):
+        server.query(f"ALTER TABLE `{db}`.`jobs_p{priority}` DROP KEY reserved")
+        server.query(f"ALTER TABLE `{db}`.`jobs_p{priority}` DROP COLUMN reserved_until")
+    with pytest.raises(QueueBusy):
+        shard.dequeue(name, 1, 10, new_claim(SOURCE))
+    assert len(shard.prefetch(name, 1, 10, new_claim(SOURCE), 60_000)) == 1
+    assert shard.queue_stats([name], 10)[name].first_reserve_expiry.keys() == {1}
+    assert [j.body for j in shard.prefetch(name, 2, 10, new_claim(SOURCE), 60_000)] == [b"b"]
+    columns = server.query(
+        "SELECT TABLE_NAME FROM information_schema.STATISTICS "
+        "WHERE TABLE_SCHEMA = %s AND INDEX_NAME = 'reserved'",
+        (db,),
+    )
+    assert sorted(t for (t,) in columns) == ["jobs_p1", "jobs_p2", "jobs_p3"]
+    shard.delete_queue(name)
+    shard.close()
+
+
+def test_prefetch_and_hand_out_cost_what_a_dequeue_does(backend, server):
+    """Statements per call (the server counts them: Com_* of this session): a prefetch runs
+    a dequeue's statements (select, claim, ledger row), a hand-out and a release one UPDATE
+    each, with the clock read inside it."""
+    shard = open_shard(backend, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    shard.enqueue(name, [NewJob(b"x")] * 20)
+
+    def statements(call) -> int:
+        before = _questions(server)
+        call()
+        return _questions(server) - before
+
+    claim = new_claim(SOURCE)
+    jobs: list = []
+    prefetched = statements(lambda: jobs.extend(shard.prefetch(name, 1, 10, claim, 60_000)))
+    dequeued = statements(lambda: shard.dequeue(name, 1, 5, new_claim(SOURCE)))
+    handed = statements(lambda: shard.hand_out(name, 1, [(j.local_id, claim) for j in jobs[:5]]))
+    released = statements(lambda: shard.release(name, 1, [(j.local_id, claim) for j in jobs[5:]]))
+    print(
+        f"statements: prefetch {prefetched}, dequeue {dequeued}, hand_out {handed}, "
+        f"release {released}"
+    )
+    assert prefetched == dequeued
+    assert handed == released == dequeued - 2  # one UPDATE instead of select + claim + ledger
+    shard.delete_queue(name)
+    shard.close()
+
+
+def _questions(server) -> int:
+    """Statements the server has run (global Questions; the reads count alike, so
+    differences are exact while nothing else runs on the test's own server)."""
+    [(_, value)] = server.query("SHOW GLOBAL STATUS LIKE 'Questions'")
+    return int(value)
 
 
 def test_ledger_is_a_journal_folded_by_fold_ledger(backend, server):
@@ -806,3 +882,25 @@ def test_fifo_index_added_by_another_server_first_is_success(shard, queue, monke
     monkeypatch.setattr(shard, "_without_fifo_index", lambda db, names: list(names))
     shard._ensure_fifo_index(queue)  # every ALTER fails with 1061: no error
     assert db in shard._fifo_indexed()
+
+
+def test_live_leases_forgets_leases_expired_for_a_day(shard, server):
+    """Per-process heartbeats must not pile up: live_leases drops leases expired a day ago
+    (at most LEASES_FORGOTTEN_PER_CALL a call) and keeps the others, expired or not."""
+    db, table = shard.lease_table
+    server.query(f"DROP TABLE IF EXISTS `{db}`.`{table}`")
+    shard._leases_ready = False
+    for i in range(LEASES_FORGOTTEN_PER_CALL + 5):
+        assert shard.acquire_lease(f"server/old{i}", f"old{i}", 1000)
+    shard.clock_offset_ms += LEASE_FORGOTTEN_AFTER_MS + 2000
+    assert shard.acquire_lease("server/recent-expired", "r", 1)
+    assert shard.acquire_lease("server/live", "l", 60_000)
+    shard.clock_offset_ms += 10
+
+    def rows() -> int:
+        return int(server.query(f"SELECT COUNT(*) FROM `{db}`.`{table}`")[0][0])
+
+    assert shard.live_leases("server/") == {"server/live": "l"}
+    assert rows() == 2 + 5
+    assert shard.live_leases("") == {"server/live": "l"}
+    assert rows() == 2

@@ -23,6 +23,7 @@ from pinlater.common.sections import ConfigError
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import ShardError, StorageFull
+from pinlater.storage.leases import LEASE_FORGOTTEN_AFTER_MS, LEASES_FORGOTTEN_PER_CALL
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.shard_kit import Capabilities, Storage, exercise
 from tests.support import redis_env
@@ -360,3 +361,21 @@ def test_only_fifo_dequeues_keep_a_mark_and_retry_failed_lowers_it(shard, server
     with server.client() as client:
         assert client.get(mark) == b"1"
     assert [j.local_id for j in shard.dequeue_fifo("q", 5, 1, new_claim(SOURCE))] == [1]
+
+
+def test_live_leases_forgets_leases_expired_for_a_day(shard, server):
+    """Per-process heartbeats must not pile up: live_leases drops leases expired a day ago
+    (at most LEASES_FORGOTTEN_PER_CALL a call) and keeps the others, expired or not."""
+    for i in range(LEASES_FORGOTTEN_PER_CALL + 5):
+        assert shard.acquire_lease(f"server/old{i}", f"old{i}", 1000)
+    shard.clock_offset_ms += LEASE_FORGOTTEN_AFTER_MS + 2000
+    assert shard.acquire_lease("server/recent-expired", "r", 1)
+    assert shard.acquire_lease("server/live", "l", 60_000)
+    shard.clock_offset_ms += 10
+    key = redis_keys.lease_key(shard.name)
+    assert shard.live_leases("server/") == {"server/live": "l"}
+    with server.client() as client:
+        assert client.hlen(key) == 2 + 5
+    assert shard.live_leases("") == {"server/live": "l"}
+    with server.client() as client:
+        assert client.hlen(key) == 2

@@ -17,6 +17,7 @@ from pinlater.app import load_config
 from pinlater.common.sections import ConfigError
 from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import QueueNotFound, ShardError
+from pinlater.storage.leases import LEASE_FORGOTTEN_AFTER_MS, LEASES_FORGOTTEN_PER_CALL
 from pinlater.storage.models import JobState, NewJob
 from pinlater.storage.shard_kit import Capabilities, Storage, exercise
 
@@ -196,6 +197,33 @@ def test_a_file_from_before_unique_keys_gets_key_tables_on_open(tmp_path, clock)
     reopened.close()
 
 
+def test_a_file_from_before_the_broker_gets_reserve_columns_on_open(tmp_path, clock):
+    """Job tables made before the prefetching broker lack reserved_until: the migration at
+    open adds it (NULL: nothing reserved) and its partial index, and prefetch works."""
+    shard = open_shard(tmp_path, clock)
+    shard.create_queue("old")
+    enqueue(shard, b"a", queue="old")
+    shard.close()
+    with sqlite3.connect(shard.path) as conn:
+        for priority in (1, 2, 3):
+            conn.execute(f"DROP INDEX q1_p{priority}_reserved")
+            conn.execute(f"ALTER TABLE q1_p{priority} DROP COLUMN reserved_until")
+    reopened = open_shard(tmp_path, clock)
+    try:
+        [job] = reopened.prefetch("old", 1, 10, "c" * 24 + ":broker", 5000)
+        assert job.body == b"a"
+        stats = reopened.queue_stats(["old"], 10)["old"]
+        assert stats.first_reserve_expiry == {1: T0_MS + 5000}
+        with sqlite3.connect(reopened.path) as conn:
+            plan = conn.execute(
+                "EXPLAIN QUERY PLAN SELECT MIN(reserved_until) FROM q1_p1 "
+                "WHERE reserved_until IS NOT NULL"
+            ).fetchall()
+        assert "q1_p1_reserved" in str(plan), plan
+    finally:
+        reopened.close()
+
+
 def test_freeing_a_queue_restores_the_connections_secure_delete(tmp_path, clock):
     shard = open_shard(tmp_path, clock)
     default = shard._secure_delete
@@ -325,3 +353,23 @@ def test_only_a_fifo_dequeue_gives_a_queue_the_fifo_index_and_its_heads_use_it(s
     with contextlib.closing(sqlite3.connect(tmp_path / "shard-1.db")) as conn:
         plan = conn.execute("EXPLAIN QUERY PLAN " + sql, {"limit": 1, "inline": 9}).fetchall()
     assert "q1_p1_fifo" in str(plan) and "TEMP B-TREE" not in str(plan), plan
+
+
+def test_live_leases_forgets_leases_expired_for_a_day(shard):
+    """Per-process heartbeats must not pile up: live_leases drops leases expired a day ago
+    (at most LEASES_FORGOTTEN_PER_CALL a call) and keeps the others, expired or not."""
+    for i in range(LEASES_FORGOTTEN_PER_CALL + 5):
+        assert shard.acquire_lease(f"server/old{i}", f"old{i}", 1000)
+    shard.clock_offset_ms += LEASE_FORGOTTEN_AFTER_MS + 2000
+    assert shard.acquire_lease("server/recent-expired", "r", 1)
+    assert shard.acquire_lease("server/live", "l", 60_000)
+    shard.clock_offset_ms += 10
+
+    def rows() -> int:
+        with sqlite3.connect(shard.path) as conn:
+            return conn.execute("SELECT COUNT(*) FROM pinlater_leases").fetchone()[0]
+
+    assert shard.live_leases("server/") == {"server/live": "l"}
+    assert rows() == 2 + 5
+    assert shard.live_leases("") == {"server/live": "l"}
+    assert rows() == 2
