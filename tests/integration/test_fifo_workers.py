@@ -57,8 +57,8 @@ class Ledger:
 
 
 def worker(server: ServerProcess, ledger: Ledger, name: str) -> None:
-    """Dequeue (long-poll), run, and ack with the next dequeue (piggy-backed, as the SDK's
-    worker does) until every job succeeded."""
+    """Dequeue (long-poll, 1 s as the SDK's worker), run, and ack with the next dequeue
+    (piggy-backed, as the SDK's worker does) until every job succeeded."""
     client = server.client()
     ctx = RequestContext(source=f"fifo-{name}")
     deadline = time.monotonic() + DEADLINE_SECONDS
@@ -66,7 +66,7 @@ def worker(server: ServerProcess, ledger: Ledger, name: str) -> None:
     try:
         while not ledger.done.is_set() and time.monotonic() < deadline:
             request = T.PinLaterDequeueRequest(
-                queueName=QUEUE, limit=5, waitMillis=200, jobAckRequest=acks
+                queueName=QUEUE, limit=5, waitMillis=1000, jobAckRequest=acks
             )
             acks = None
             for descriptor, body in (client.dequeueJobs(ctx, request).jobs or {}).items():
