@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backends import sql_fifo
 from pinlater.storage.acks import AckGroup, AckOutcome, group_acks
 from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
 from pinlater.storage.contract import DELETE_STEP, BodyFilter, ByteBudget, Shard
@@ -555,6 +556,37 @@ class SQLShard(Shard):
             if claim is not None:
                 self._book(cur, queue, dequeued=len(rows))
         return [new_dequeued_job(priority, r[0], bytes(r[1]), r[3], r[4], claim) for r in rows]
+
+    def dequeue_fifo(
+        self,
+        queue: str,
+        limit: int,
+        in_flight_cap: int,
+        claim: str | None,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        return sql_fifo.dequeue_fifo(self, queue, limit, in_flight_cap, claim, budget)
+
+    def _fifo_transaction(self, queue: str) -> AbstractContextManager[Any]:
+        """The write transaction of a FIFO dequeue, atomic against every other one of `queue`
+        (backends/sql_fifo.py); the default suits a storage with one writer at a time."""
+        return self._write()
+
+    def _ensure_fifo_index(self, queue: str) -> None:
+        """Give the queue's job tables the FIFO index (queries `create_fifo_index`) unless this
+        shard object did already (backends/sql_fifo.py); the dialect does it."""
+
+    def _fifo_indexed(self) -> set:
+        """What `_ensure_fifo_index` did already (tables or databases), made on first use."""
+        done = self.__dict__.get("_fifo_done")
+        if done is None:
+            done = self.__dict__["_fifo_done"] = set()
+        return done
+
+    def _fifo_row_lock(self) -> str:
+        """The lock clause of a FIFO dequeue's head select (none where the transaction holds
+        the database)."""
+        return ""
 
     def next_due_ms(self, queue: str) -> int | None:
         """One read snapshot: the shard clock, then `next_due` per priority table."""

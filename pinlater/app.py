@@ -235,6 +235,7 @@ class App:
         if isinstance(self.store, ClusterRouter):  # before the partitions: they follow it
             self.store.configure(config.clusters())
         self.store.placement.configure(config.partitions())
+        self.store.fifo.configure(config.fifo())
         self.settings.file_changed(config, servers)
 
     def _observe_call(self, shard: str, seconds: float, ok: bool) -> None:

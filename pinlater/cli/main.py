@@ -34,6 +34,7 @@ from pinlater.cli.admin_client import (
     http_context,
 )
 from pinlater.cli.parser import SERVICE, UsageError
+from pinlater.common.ledger_counters import COUNTERS as LEDGER_COUNTERS
 from pinlater.common.passwords import hash_password
 from pinlater.common.serverset import ServerSetError
 from pinlater.common.tls import client_context
@@ -375,14 +376,14 @@ def cmd_audit(args, out, err):
         (
             q["queue"],
             shard,
-            *(book["counters"][name] for name in AUDIT_COLUMNS),
+            *(book["counters"][name] for name in LEDGER_COUNTERS),
             book["present"],
             "yes" if book["balanced"] else f"NO ({book['imbalance']:+d})",
         )
         for q in result["queues"]
         for shard, book in q["shards"].items()
     ]
-    headers = ("queue", "shard", *(AUDIT_HEADERS.get(n, n) for n in AUDIT_COLUMNS))
+    headers = ("queue", "shard", *(AUDIT_HEADERS.get(n, n) for n in LEDGER_COUNTERS))
     headers += ("present", "balanced")
     _emit(args, out, result, fmt.table(headers, rows) if rows else "(no queues)")
     return EXIT_OK if all(q["balanced"] for q in result["queues"]) else EXIT_SERVER
@@ -390,18 +391,6 @@ def cmd_audit(args, out, err):
 
 #: column titles shorter than their counter's name
 AUDIT_HEADERS = {"deduplicated": "dedup"}
-#: the counters `pinlater audit` shows as columns (--json has every one)
-AUDIT_COLUMNS = (
-    "enqueued",
-    "deduplicated",
-    "dequeued",
-    "succeeded",
-    "failed",
-    "retried",
-    "reclaimed",
-    "deleted",
-    "purged",
-)
 
 
 def cmd_shards(args, out, err):

@@ -8,6 +8,7 @@ Queue config, YAML (the native form; unknown keys are errors):
       reports: {max_jobs_per_second: 0}      # 0 pauses the queue's dequeues
       orders: {unique_window_seconds: 3600}  # unique enqueue keys hold 1 h (default 24 h)
       thumbs: {partitions: 2}                 # lives on 2 shards (default: every shard)
+      ledger: {fifo: true, fifo_in_flight: 1} # handed out in enqueue order (one shard)
       audits: {cluster: durable}              # lives in cluster `durable` (config `clusters:`)
       reports:                                # periodic jobs: see pinlater/ops/schedules.py
         schedules: [{name: nightly, cron: "0 3 * * *", timezone: Europe/Berlin, body: run}]
@@ -68,6 +69,11 @@ class QueueSettings:
     schedules: tuple[Schedule, ...] = ()
     #: shards the queue lives on (pinlater.storage.placement); None = every shard
     partitions: int | None = field(default=None, metadata={"range": (1, 10_000)})
+    #: jobs handed out in enqueue order per priority, head-of-line blocking (docs/semantics.md
+    #: `F-...`); implies one partition
+    fifo: bool = False
+    #: a FIFO queue's IN_PROGRESS jobs at most (None = 1; only with `fifo: true`)
+    fifo_in_flight: int | None = field(default=None, metadata={"range": (1, 100_000)})
     #: the cluster the queue is created in (pinlater.storage.clusters); None = the default one
     cluster: str | None = None
 
@@ -92,8 +98,14 @@ class QueueConfig:
         ]
 
     def partitions(self) -> dict[str, int]:
-        """queue -> its `partitions` setting, for the queues that have one."""
-        return {name: s.partitions for name, s in self.queues.items() if s.partitions is not None}
+        """queue -> its `partitions` setting, for the queues that have one (1 for a FIFO
+        queue: it lives on exactly one shard)."""
+        found = {name: s.partitions for name, s in self.queues.items() if s.partitions}
+        return found | {name: 1 for name, s in self.queues.items() if s.fifo}
+
+    def fifo(self) -> dict[str, int]:
+        """queue -> its in-flight cap, for the FIFO queues."""
+        return {name: s.fifo_in_flight or 1 for name, s in self.queues.items() if s.fifo}
 
     def clusters(self) -> dict[str, str]:
         """queue -> its `cluster` setting, for the queues that have one."""
@@ -124,9 +136,23 @@ def parse_queue_config(text: str, origin: str) -> QueueConfig:
             value = getattr(s, key)
             if value is not None and not math.isfinite(value):
                 problems.append(f"{origin}: queues.{name}.{key}: must be a finite number")
+        problems.extend(_fifo_problems(name, s, origin))
     if problems:
         raise ConfigError(problems)
     return QueueConfig(settings)
+
+
+def _fifo_problems(name: str, settings: QueueSettings, origin: str) -> list[str]:
+    """A FIFO queue lives on one shard; `fifo_in_flight` means nothing without `fifo`."""
+    where = f"{origin}: queues.{name}"
+    if settings.fifo and settings.partitions is not None and settings.partitions > 1:
+        return [
+            f"{where}: fifo: true keeps the queue on one shard, so partitions must be 1 or "
+            f"left out (got {settings.partitions})"
+        ]
+    if not settings.fifo and settings.fifo_in_flight is not None:
+        return [f"{where}.fifo_in_flight: only for a FIFO queue (set fifo: true)"]
+    return []
 
 
 def _queues_section(text: str, origin: str) -> Any:

@@ -69,6 +69,9 @@ class ClusterRouter(ShardedBackend):
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="cluster-fanout")
         self.health = ClusterHealth(self)
         self.placement = ClusterPlacement(self)
+        self.fifo = first.fifo  # one set of FIFO queues, whatever cluster serves each
+        for store in self.clusters.values():
+            store.fifo = self.fifo
         self.backend = ClusterBackends(self)
 
     # ---------------------------------------------------------------- routing

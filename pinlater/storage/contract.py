@@ -199,6 +199,24 @@ class Shard(abc.ABC):
         and returned; the rest stay as they were, and bodies of jobs left out are not read."""
 
     @abc.abstractmethod
+    def dequeue_fifo(
+        self,
+        queue: str,
+        limit: int,
+        in_flight_cap: int,
+        claim: str | None,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        """A FIFO queue's dequeue (docs/semantics.md `F-...`), atomic against every other
+        dequeue_fifo of the queue on the shard, from any server: count the queue's IN_PROGRESS
+        jobs (every priority), and claim up to min(`limit`, `in_flight_cap` - that count)
+        heads, priority 1 first. A priority's heads are its PENDING jobs in local id (enqueue)
+        order, taken while due: the first one not due (a retry delay, a checkpoint, a delayed
+        enqueue) ends that priority, so nothing behind it is handed out. `claim` None is a dry
+        run (what a claim would take now, nothing changed); a `budget` stops the whole call at
+        the first job that does not fit. Jobs come back in priority, then id order."""
+
+    @abc.abstractmethod
     def next_due_ms(self, queue: str) -> int | None:
         """Milliseconds from the shard's now until its earliest PENDING job of `queue` (any
         priority) becomes eligible: 0 when one is eligible now, None when the queue holds no
@@ -225,6 +243,21 @@ class Shard(abc.ABC):
         have been applied (the caller applies them again: a repeated ack is a no-op)."""
         applied = self.ack(queue, succeeded, failed)
         return applied, self.dequeue(queue, priority, limit, claim, budget)
+
+    def ack_and_dequeue_fifo(
+        self,
+        queue: str,
+        succeeded: Sequence[Ack],
+        failed: Sequence[Ack],
+        limit: int,
+        in_flight_cap: int,
+        claim: str,
+        budget: ByteBudget | None = None,
+    ) -> tuple[int, list[DequeuedJob]]:
+        """Piggy-backed acks, then a FIFO dequeue, as `ack` then `dequeue_fifo` (so the acks
+        free their room under the cap first), as `ack_and_dequeue` is for `dequeue`."""
+        applied = self.ack(queue, succeeded, failed)
+        return applied, self.dequeue_fifo(queue, limit, in_flight_cap, claim, budget)
 
     @abc.abstractmethod
     def checkpoint(self, queue: str, checkpoints: Sequence[Checkpoint]) -> int:

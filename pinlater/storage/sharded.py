@@ -34,6 +34,7 @@ from pinlater.storage.contract import Backend, BodyFilter, ByteBudget, Shard, Sh
 from pinlater.storage.descriptors import MAX_LOCAL_ID, JobDescriptor
 from pinlater.storage.empty_partitions import EmptyPartitions
 from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
+from pinlater.storage.fifo import FifoQueues, dequeue_fifo
 from pinlater.storage.health import ShardHealth
 from pinlater.storage.ledger import LedgerBook
 from pinlater.storage.models import (
@@ -139,6 +140,8 @@ class ShardedBackend:
         #: which shards each partitioned queue lives on (pinlater/storage/placement.py)
         self.placement = Placement()
         self.placement.shards_changed(specs)
+        #: the FIFO queues and their in-flight caps (pinlater/storage/fifo.py)
+        self.fifo = FifoQueues()
 
     # ---------------------------------------------------------------- shard set
 
@@ -568,6 +571,9 @@ class ShardedBackend:
         with its first dequeue in one call (`Shard.ack_and_dequeue`: one round trip on Redis);
         if that call fails, the acks are applied on their own (an error there is the caller's)
         and the dequeue goes on as usual."""
+        cap = self.fifo.cap(queue)
+        if cap is not None:  # docs/semantics.md F-...
+            return dequeue_fifo(self, queue, limit, source, dry_run, cap, acks, budget)
         names = self._examined(coverage, self.placement.dequeue_shards(queue))
         healthy = [n for n in names if self.health.is_healthy(n)]
         claim = None if dry_run else new_claim(source)
@@ -643,6 +649,8 @@ class ShardedBackend:
         finally:
             if failed:  # a failure ack may have made its job PENDING again
                 self.jobs_may_be_due(queue, list({name for name, _ in failed}))
+            elif succeeded and self.fifo.cap(queue) is not None:  # room under the FIFO cap
+                self.signals.changed(queue, len(succeeded))
         return sum(applied.values())
 
     def checkpoint(self, queue: str, checkpoints: Sequence[tuple[str, Checkpoint]]) -> int:

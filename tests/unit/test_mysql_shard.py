@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pymysql
 import pytest
@@ -25,6 +26,7 @@ from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.shard_kit import MAIN, OTHER, Capabilities, Storage, exercise
+from pinlater.storage.shard_kit.races import run_threads
 from tests.faults.proxy import FaultProxy
 from tests.support import mysql_env
 
@@ -200,23 +202,14 @@ def test_without_skip_locked_the_update_limit_fallback_still_claims_each_job_onc
 def test_enqueue_ids_match_their_jobs_under_concurrent_batches(shard, queue, capability):
     force_capabilities(shard, **capability)
     results: list[tuple[list[int], list[bytes]]] = []
-    errors: list[Exception] = []
 
     def producer(worker):
-        try:
-            for batch in range(10):
-                bodies = [b"w%d-b%d-%d" % (worker, batch, i) for i in range(37)]
-                jobs = [NewJob(body=b, priority=1 + i % 2) for i, b in enumerate(bodies)]
-                results.append((shard.enqueue(queue, jobs), bodies))
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
+        for batch in range(10):
+            bodies = [b"w%d-b%d-%d" % (worker, batch, i) for i in range(37)]
+            jobs = [NewJob(body=b, priority=1 + i % 2) for i, b in enumerate(bodies)]
+            results.append((shard.enqueue(queue, jobs), bodies))
 
-    threads = [threading.Thread(target=producer, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert errors == []
+    run_threads([partial(producer, w) for w in range(4)], timeout=60)
     seen = set()
     for ids, bodies in results:
         refs = [(1 + i % 2, local_id) for i, local_id in enumerate(ids)]
@@ -754,3 +747,62 @@ def test_binlog_settings_are_judged():
     assert (
         "max_allowed_packet" in durability_problems("1", 1, False, 0, "MIXED", 1 << 20, 1 << 20)[0]
     )
+
+
+def test_fifo_dequeue_waits_for_the_queues_named_lock_and_releases_its_own(
+    shard, queue, server, monkeypatch
+):
+    """Another session (another server) holding the queue's FIFO lock makes a FIFO dequeue
+    wait, then fail as QueueBusy (retried above), claiming nothing; once it is free a dequeue
+    claims and gives the lock back (another session can take it at once)."""
+    import backends.mysql as mysql_module
+
+    monkeypatch.setattr(mysql_module, "FIFO_LOCK_WAIT", 0.2)
+    enqueue(shard, queue, b"a", b"b")
+    name = mysql_module.fifo_lock_name(shard.database(queue))
+    other = server.connect()
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT GET_LOCK(%s, 0)", (name,))
+            assert cur.fetchone()[0] == 1
+            started = time.monotonic()
+            with pytest.raises(QueueBusy):
+                shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE))
+            assert time.monotonic() - started >= 0.15
+            assert shard.count(queue, JobState.IN_PROGRESS, [1], False, 10, None) == 0
+            cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+            [job] = shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE))
+            assert job.local_id == 1
+            cur.execute("SELECT GET_LOCK(%s, 0)", (name,))
+            assert cur.fetchone()[0] == 1  # released by the dequeue's session
+            cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+    finally:
+        other.close()
+
+
+def test_only_a_fifo_dequeue_adds_the_fifo_index_and_a_new_queue_gets_it_again(shard, queue):
+    tables = ["jobs_p1", "jobs_p2", "jobs_p3"]
+    db = shard.database(queue)
+    shard.dequeue(queue, 1, 5, new_claim(SOURCE))
+    assert shard._without_fifo_index(db, tables) == tables
+    enqueue(shard, queue, b"a")
+    assert [job.local_id for job in shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE))] == [1]
+    assert shard._without_fifo_index(db, tables) == []
+    shard.delete_queue(queue)
+    shard.create_queue(queue)
+    assert shard._without_fifo_index(db, tables) == tables
+    assert shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE)) == []
+    assert shard._without_fifo_index(db, tables) == []
+
+
+def test_fifo_index_added_by_another_server_first_is_success(shard, queue, monkeypatch):
+    """The race of two servers' first FIFO dequeues: this one saw no index, the other's ALTER
+    came first, so this ALTER fails with 1061 (duplicate key name); that is success."""
+    tables = ["jobs_p1", "jobs_p2", "jobs_p3"]
+    db = shard.database(queue)
+    shard._ensure_fifo_index(queue)  # "the other server" (here: this one, earlier)
+    assert shard._without_fifo_index(db, tables) == []
+    shard._fifo_indexed().clear()
+    monkeypatch.setattr(shard, "_without_fifo_index", lambda db, names: list(names))
+    shard._ensure_fifo_index(queue)  # every ALTER fails with 1061: no error
+    assert db in shard._fifo_indexed()
