@@ -5,6 +5,8 @@ routed by their shard, and a `cluster:` change that moves nothing while the queu
 from __future__ import annotations
 
 import contextlib
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from pinlater.app import App, NotDurable, load_config
 from pinlater.common.sections import ConfigError
 from pinlater.idl import ErrorCode, RequestContext
 from pinlater.idl import pinlater_thrift as T
-from pinlater.ops.queue_settings import parse_queue_config
+from pinlater.ops.queue_settings import QueueConfigWatcher, parse_queue_config
 from pinlater.storage.clusters import ClusterRouter
 from pinlater.storage.descriptors import JobDescriptor
 from pinlater.storage.models import Ack, ClaimMatch, JobState
@@ -372,3 +374,17 @@ def test_each_cluster_reloads_its_own_shard_map_and_keeps_names_unique(tmp_path)
         assert refused == 1
     finally:
         app.close()
+
+
+def test_a_re_read_queue_config_naming_an_unknown_cluster_keeps_the_old_one(tmp_path):
+    path = tmp_path / "queues.yaml"
+    write_queues(path, {"q": {"cluster": "b"}})
+    applied, errors = [], []
+    watcher = QueueConfigWatcher(
+        str(path), None, lambda c, n: applied.append(c.clusters()), errors.append, ["a", "b"]
+    )
+    write_queues(path, {"q": {"cluster": "nope"}, "other": {}})
+    os.utime(path, (time.time() + 5, time.time() + 5))  # a new mtime whatever the clock
+    assert not watcher.check()
+    assert errors == ["queue_config"] and applied == [{"q": "b"}]
+    assert watcher.config.clusters() == {"q": "b"}
