@@ -190,7 +190,8 @@ class App:
         self.shard_jobs = ShardJobCounts(self.store, config.metrics.depth_count_cap)
         self.drain = DrainProgress(self.store, config.metrics.depth_count_cap)
         self.placement_check = PlacementCheck(self.store)
-        self.shard_map_watcher = self._shard_map_watcher()
+        #: one per shard map file (with clusters: per cluster that has one)
+        self.shard_map_watchers = self._shard_map_watchers()
         self.admission = Admission(
             config.admission.max_concurrent_requests,
             config.admission.dequeue_cap(config.server.worker_threads),
@@ -222,11 +223,11 @@ class App:
         )
         if isinstance(self.store, ClusterRouter):
             self.metrics.registry.register(cluster_gauges(self.store, config.metrics.max_queues))
-        watcher = self.shard_map_watcher
+        watchers = self.shard_map_watchers
         self.metrics.registry.register(
             drain_gauges(
                 lambda: {name: c.jobs for name, c in self.drain.snapshot().items()},
-                lambda: watcher is not None and watcher.pending,
+                lambda: any(watcher.pending for watcher in watchers),
             )
         )
 
@@ -290,7 +291,7 @@ class App:
         self._every(
             "shard-maintenance",
             self.config.sharding.probe_interval_seconds,
-            ShardMaintenance(self.store, self.shard_map_watcher).run_once,
+            ShardMaintenance(self.store, *self.shard_map_watchers).run_once,
         )
         self._every(
             "placement-check",
@@ -417,15 +418,29 @@ class App:
             )
         )
 
-    def _shard_map_watcher(self) -> ShardMapWatcher | None:
-        """The shard map file's watcher, when there is one and the backend can reload."""
-        path = self.config.backend.shard_map_file
-        if path and self.backend.supports_shard_reload:
+    def _shard_map_watchers(self) -> list[ShardMapWatcher]:
+        """The shard map files' watchers: of `backend:`, or of each cluster that has one."""
+        if isinstance(self.store, ClusterRouter):
+            return [
+                watcher
+                for name, store in self.store.clusters.items()
+                if (watcher := self._shard_map_watcher(store, self.config.clusters[name]))
+            ]
+        watcher = self._shard_map_watcher(self.store, self.config.backend)
+        return [] if watcher is None else [watcher]
+
+    def _shard_map_watcher(
+        self, store: ShardedBackend, section: BackendConfig
+    ) -> ShardMapWatcher | None:
+        """The watcher of `section`'s shard map file, when it has one and its kind can
+        reload."""
+        path = section.shard_map_file
+        if path and store.backend.supports_shard_reload:
             return ShardMapWatcher(
-                self.store,
+                store,
                 path,
-                self.config.backend.options,
-                RetireGuard(self.store, self.drain),
+                section.options,
+                RetireGuard(store, self.drain),
                 retry_seconds=self.config.sharding.shard_map_retry_seconds,
                 on_rejected=self._shard_map_rejected,
                 on_applied=self.drain.prune,
@@ -433,7 +448,7 @@ class App:
         if path:
             log.warning(
                 "backend %s cannot reload its shard map; changes to %s need a restart",
-                self.backend.kind,
+                store.backend.kind,
                 path,
             )
         return None

@@ -583,8 +583,6 @@ def _build_clusters(
             problems.append(f"clusters: {name!r} is not a cluster name ([A-Za-z0-9_]{{1,32}})")
             continue
         built = _build_backend(section, problems, resolve_backend, f"clusters.{name}")
-        if built.shard_map_file is not None:
-            problems.append(f"clusters.{name}.shard_map_file: not supported with `clusters:`")
         for shard in [s.name for s in built.shards] + sorted(built.retired_shards):
             if shard in owner:
                 problems.append(

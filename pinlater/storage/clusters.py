@@ -19,12 +19,14 @@ dequeue and lookup sees all of them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from pinlater.common.sections import ConfigError
 from pinlater.errors import InvalidRequest, PinLaterError, QueueNotFound
 from pinlater.storage.contract import Backend, BodyFilter, ByteBudget, Shard, ShardSpec
 from pinlater.storage.descriptors import JobDescriptor
@@ -53,11 +55,11 @@ class ClusterRouter(ShardedBackend):
         self.num_priorities = first.num_priorities
         self.signals, self.empty = first.signals, first.empty
         self.enqueue_backend = None
-        self._owner = {
-            shard: name
-            for name, store in self.clusters.items()
-            for shard in [*store.shard_names(), *store.retired_shards()]
-        }
+        self._owner: dict[str, str] = {}
+        self._map_owners()
+        for name, store in self.clusters.items():  # a cluster's shard map file may change
+            store.reload_check = functools.partial(self._check_names, name)
+            store.on_reloaded = self._map_owners
         self._lock = threading.Lock()
         self._homes: dict[str, str] = {}  # queue -> the cluster found holding it
         self._settings: dict[str, str] = {}  # queue -> its `cluster:` setting
@@ -73,6 +75,24 @@ class ClusterRouter(ShardedBackend):
         self.backend = ClusterBackends(self)
 
     # ---------------------------------------------------------------- routing
+
+    def _map_owners(self) -> None:
+        self._owner = {
+            shard: name
+            for name, store in self.clusters.items()
+            for shard in [*store.shard_names(), *store.retired_shards()]
+        }
+
+    def _check_names(self, cluster: str, specs: Sequence[ShardSpec], retired: frozenset[str]):
+        """A cluster's new shard map may not name another cluster's shards (a descriptor's
+        shard must name one cluster); raises ConfigError, which refuses the map."""
+        taken = [
+            f"{name!r} (cluster {self._owner[name]})"
+            for name in [*(s.name for s in specs), *sorted(retired)]
+            if self._owner.get(name, cluster) != cluster
+        ]
+        if taken:
+            raise ConfigError([f"shard names must be unique across clusters: {', '.join(taken)}"])
 
     def cluster_names(self) -> list[str]:
         return list(self.clusters)
@@ -205,7 +225,7 @@ class ClusterRouter(ShardedBackend):
         return self.for_queue(queue).read_shards(queue)
 
     def reload(self, specs: Sequence[ShardSpec], retired: Iterable[str] = ()) -> None:
-        raise NotImplementedError("shard maps are not reloaded with `clusters:`")
+        raise NotImplementedError("each cluster reloads its own shard map (its store's reload)")
 
     def retired_shards(self) -> frozenset[str]:
         return frozenset().union(*(s.retired_shards() for s in self.clusters.values()))

@@ -89,6 +89,11 @@ class ShardedBackend:
     call_observer: Callable[[str, float, bool], None] | None = None
     #: told (shard, error) of every failed storage call attempt (recent errors); None = nobody
     failure_observer: Callable[[str, Exception], None] | None = None
+    #: asked (specs, retired) before a reload takes effect, may raise to refuse it (a
+    #: ClusterRouter: shard names unique across clusters); None = nobody
+    reload_check: Callable[[Sequence[ShardSpec], frozenset[str]], None] | None = None
+    #: told after every applied reload (a ClusterRouter: which cluster owns which shard)
+    on_reloaded: Callable[[], None] | None = None
 
     def __init__(
         self,
@@ -211,6 +216,8 @@ class ShardedBackend:
         storage is down is never called. Raises (keeping the old map) if a new shard fails.
         Whether dropping a shard loses jobs is the caller's check (`pinlater.ops.retire`)."""
         retired = frozenset(retired)
+        if self.reload_check is not None:
+            self.reload_check(specs, retired)
         with self._reload_lock:
             old = self._set
             reused = _reusable(old, specs)
@@ -228,6 +235,8 @@ class ShardedBackend:
                 ", ".join(f"{s.name}{' (dequeue_only)' if s.dequeue_only else ''}" for s in specs),
                 f"; retired with jobs: {', '.join(sorted(retired))}" if retired else "",
             )
+        if self.on_reloaded is not None:
+            self.on_reloaded()
 
     def _close_replaced(self, old: _ShardSet, shards: dict[str, Shard]) -> None:
         """Close the shards of `old` the new map (`shards`) did not keep."""

@@ -136,11 +136,13 @@ def _serve(client, metrics_port, queue_config, redis, mysql) -> None:
     databases = {row[0] for row in mysql.query("SHOW DATABASES LIKE 'plq\\_m%'")}
     assert {"plq_m1_ledger", "plq_m2_ledger"} <= databases
     assert not any("clicks" in d for d in databases)
-    _check_metrics_and_admin(metrics_port)
+    _check_metrics(metrics_port)
+    _check_admin(metrics_port)
+    _check_cli_and_dashboard(metrics_port)
     _move(client, queue_config, metrics_port)
 
 
-def _check_metrics_and_admin(metrics_port: int) -> None:
+def _check_metrics(metrics_port: int) -> None:
     families = scrape(metrics_port)
     assert sample(families, "pinlater_shard_cluster", shard="r2", cluster="hot") == 1
     assert sample(families, "pinlater_shard_cluster", shard="m1", cluster="durable") == 1
@@ -148,6 +150,9 @@ def _check_metrics_and_admin(metrics_port: int) -> None:
     assert sample(families, "pinlater_queue_cluster", queue="clicks", cluster="hot") == 1
     # existing series keep their names and labels
     assert sample(families, "pinlater_shard_healthy", shard="m2", dequeue_only="false") == 1
+
+
+def _check_admin(metrics_port: int) -> None:
     api = AdminHttp(f"http://127.0.0.1:{metrics_port}", basic=PASSWORD)
     status, body, _ = api.get("/api/v1/shards")
     assert status == 200, body
@@ -164,6 +169,9 @@ def _check_metrics_and_admin(metrics_port: int) -> None:
     assert {s["name"]: s["cluster"] for s in health["shards"]}["m2"] == "durable"
     status, body, _ = api.get("/api/v1/server")
     assert body["backend"]["clusters"] == {"hot": "redis", "durable": "mysql"}
+
+
+def _check_cli_and_dashboard(metrics_port: int) -> None:
     ui = DashboardHttp(f"http://127.0.0.1:{metrics_port}")
     assert ui.login(PASSWORD)[0] == 303
     status, html, _ = ui.get("/ui/shards")

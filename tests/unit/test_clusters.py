@@ -5,6 +5,8 @@ routed by their shard, and a `cluster:` change that moves nothing while the queu
 from __future__ import annotations
 
 import contextlib
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from pinlater.app import App, NotDurable, load_config
 from pinlater.common.sections import ConfigError
 from pinlater.idl import ErrorCode, RequestContext
 from pinlater.idl import pinlater_thrift as T
-from pinlater.ops.queue_settings import parse_queue_config
+from pinlater.ops.queue_settings import QueueConfigWatcher, parse_queue_config
 from pinlater.storage.clusters import ClusterRouter
 from pinlater.storage.descriptors import JobDescriptor
 from pinlater.storage.models import Ack, ClaimMatch, JobState
@@ -106,13 +108,12 @@ def test_clusters_config_problems_are_reported_with_their_key_paths(tmp_path):
     bad["clusters"]["b"]["shards"] = [{"name": "a1"}]
     bad["clusters"]["c"] = {"kind": "nosuch"}
     bad["clusters"]["a"]["shard_map_file"] = str(tmp_path / "map.yaml")
-    (tmp_path / "map.yaml").write_text("shards: [{name: a1}]")
+    (tmp_path / "map.yaml").write_text("shards: [{name: a1}]")  # a's shards come from its map
     bad["default_cluster"] = "z"
     bad["backend"] = {"kind": "sqlite"}
     found = problems(bad)
     assert any("clusters.b.shards: shard name 'a1' is also in cluster 'a'" in p for p in found)
     assert any(p.startswith("clusters.c.kind:") for p in found)
-    assert any("clusters.a.shard_map_file: not supported" in p for p in found)
     assert any(p.startswith("default_cluster: 'z' must name one of") for p in found)
     assert any("either `backend:` or `clusters:`" in p for p in found)
     assert problems({"default_cluster": "a"}) == ["default_cluster: only with `clusters:`"]
@@ -347,3 +348,43 @@ def test_a_server_that_missed_a_move_creates_the_queue_where_the_setting_says(tm
     finally:
         one.close()
         two.close()
+
+
+def test_each_cluster_reloads_its_own_shard_map_and_keeps_names_unique(tmp_path):
+    shard_map = tmp_path / "b-shards.yaml"
+    shard_map.write_text(yaml.safe_dump({"shards": [{"name": "b1"}]}))
+    overrides = sections(tmp_path, metrics={"port": 0})
+    overrides["clusters"]["b"]["shard_map_file"] = str(shard_map)
+    del overrides["clusters"]["b"]["shards"]
+    app = App(load_config(env={}, overrides=overrides))
+    try:
+        store, [watcher] = app.store, app.shard_map_watchers
+        store.configure({"cold": "b"})
+        store.create_queue("cold")
+        shard_map.write_text(yaml.safe_dump({"shards": [{"name": "b1"}, {"name": "b3"}]}))
+        assert watcher.check()
+        assert store.shard_names() == ["a1", "b1", "b3"] and store.cluster_of_shard("b3") == "b"
+        assert store.call("b3", lambda s: s.queue_names()) == {"cold"}
+        shard_map.write_text(yaml.safe_dump({"shards": [{"name": "b1"}, {"name": "a1"}]}))
+        assert not watcher.check()  # a1 is cluster a's: refused, the old map stays
+        assert store.shard_names() == ["a1", "b1", "b3"] and store.cluster_of_shard("a1") == "a"
+        refused = app.metrics.registry.get_sample_value(
+            "pinlater_config_reload_errors_total", {"file": "shard_map"}
+        )
+        assert refused == 1
+    finally:
+        app.close()
+
+
+def test_a_re_read_queue_config_naming_an_unknown_cluster_keeps_the_old_one(tmp_path):
+    path = tmp_path / "queues.yaml"
+    write_queues(path, {"q": {"cluster": "b"}})
+    applied, errors = [], []
+    watcher = QueueConfigWatcher(
+        str(path), None, lambda c, n: applied.append(c.clusters()), errors.append, ["a", "b"]
+    )
+    write_queues(path, {"q": {"cluster": "nope"}, "other": {}})
+    os.utime(path, (time.time() + 5, time.time() + 5))  # a new mtime whatever the clock
+    assert not watcher.check()
+    assert errors == ["queue_config"] and applied == [{"q": "b"}]
+    assert watcher.config.clusters() == {"q": "b"}
