@@ -71,6 +71,9 @@ BodyFilter = Callable[[bytes], bool]
 DELETE_STEP = 2000
 #: the most queues one `Shard.queue_stats` call may be asked about (callers slice)
 MAX_STATS_QUEUES = 1000
+#: the most leases one `Shard.live_leases` call returns (lease names are few: one per
+#: partition and one per server)
+MAX_LEASES_LISTED = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +201,50 @@ class Shard(abc.ABC):
         With a `budget`, only the leading jobs that fit it (`ByteBudget.fitting`) are claimed
         and returned; the rest stay as they were, and bodies of jobs left out are not read."""
 
+    # ---- prefetching broker (docs/semantics.md `P-...`) ----
+    def prefetch(
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        hold_ms: int,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        """As `dequeue` with a claim (same eligibility, order, budget, claim and ledger
+        `dequeued` count), but the jobs are *reserved*: IN_PROGRESS under `claim` for a broker
+        that has not handed them out yet. A reserved job's deadline is now + `hold_ms`,
+        independent of the queue's claim timeout: `reclaim_expired` returns it to PENDING after
+        it without using an attempt (run_after and attempts unchanged). Reads and counts show
+        it as IN_PROGRESS with its claim, and acks and checkpoints that match its claim apply
+        to it as to a handed-out job (write-behind hand-outs: the worker may be faster)."""
+        raise NotImplementedError(f"{type(self).__name__} has no prefetching broker yet")
+
+    def hand_out(
+        self,
+        queue: str,
+        priority: int,
+        jobs: Sequence[tuple[int, str]],
+        claim: str | None = None,
+    ) -> int:
+        """Turn reserved jobs, given as (local_id, the claim they were prefetched with), into
+        ordinary claims from now: updated_at = now, so the claim timeout counts from hand-out,
+        and no deadline of their own any more. With `claim`, the jobs take it (the handing-out
+        request's claim, which names the worker's source); None keeps the prefetch claim. A job
+        that is not reserved under the given claim any more (acked, checkpointed, released,
+        returned by the janitor, claimed again) is left alone. One statement per prefetch claim
+        (usually one); returns how many jobs were handed out. Counts nothing in the ledger
+        (the prefetch counted the claim)."""
+        raise NotImplementedError(f"{type(self).__name__} has no prefetching broker yet")
+
+    def release(self, queue: str, priority: int, jobs: Sequence[tuple[int, str]]) -> int:
+        """Reserved jobs, given as (local_id, prefetch claim), back to PENDING at once: claim
+        cleared, run_after and attempts unchanged (they keep their place in dequeue order),
+        updated_at = now. A broker that stops, or whose buffered jobs idled past its bound,
+        calls it. Jobs no longer reserved under that claim are left alone; returns how many
+        were released. Counts nothing in the ledger (as a checkpoint to PENDING)."""
+        raise NotImplementedError(f"{type(self).__name__} has no prefetching broker yet")
+
     @abc.abstractmethod
     def next_due_ms(self, queue: str) -> int | None:
         """Milliseconds from the shard's now until its earliest PENDING job of `queue` (any
@@ -302,8 +349,11 @@ class Shard(abc.ABC):
     def reclaim_expired(
         self, queue: str, priority: int, claim_timeout_ms: int, limit: int
     ) -> ReclaimCounts:
-        """Up to `limit` IN_PROGRESS jobs whose updated_at is older than the timeout: back to
-        PENDING with one attempt used (run_after = now), or FAILED when none is left."""
+        """Up to `limit` jobs in all: reserved jobs (`prefetch`) whose deadline has passed,
+        back to PENDING with nothing used (`released`; never counted as reclaimed), then
+        IN_PROGRESS jobs handed out (not reserved) whose updated_at is older than the timeout:
+        back to PENDING with one attempt used (run_after = now), or FAILED when none is left.
+        A reserved job is never subject to the claim timeout, only to its own deadline."""
 
     @abc.abstractmethod
     def purge(self, queue: str, priority: int, state: JobState, ttl_ms: int, limit: int) -> int:
@@ -331,6 +381,25 @@ class Shard(abc.ABC):
         (the books read the same before and after); return how many rows it removed. A
         storage whose counters are one row or hash has nothing to fold (0)."""
         return 0
+
+    # ---- leases (partition ownership and server liveness for the prefetching broker) ----
+    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+        """Take or renew the lease `name` for `owner` until now + ttl_ms (shard clock), as one
+        atomic step: succeeds when the lease is free, expired, or already `owner`'s; False
+        (nothing changed) while another owner holds it. Names and owners are checked by
+        `pinlater.storage.leases.check_lease`. A lease is advisory: correctness never depends
+        on one (jobs are claimed atomically in storage)."""
+        raise NotImplementedError(f"{type(self).__name__} has no prefetching broker yet")
+
+    def release_lease(self, name: str, owner: str) -> bool:
+        """Give up the lease `name` if `owner` holds it (expired or not); whether it did."""
+        raise NotImplementedError(f"{type(self).__name__} has no prefetching broker yet")
+
+    def live_leases(self, prefix: str) -> dict[str, str]:
+        """name -> owner of every unexpired lease whose name starts with `prefix` (a server
+        heartbeat is a lease of its own, so this also tells which servers are alive). One
+        read; at most MAX_LEASES_LISTED leases."""
+        raise NotImplementedError(f"{type(self).__name__} has no prefetching broker yet")
 
     # ---- runtime queue settings (one document, kept on the first shard of the map) ----
     @abc.abstractmethod
