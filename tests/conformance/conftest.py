@@ -25,6 +25,18 @@ FLAVOURS = {
     "mysql": ("tests.support.mysql_env", "start"),
     "redis": ("tests.support.redis_env", "start"),
     "mysql8": ("tests.support.mysql8_container_env", "start"),
+    # the prefetching broker on for every queue (issue 15 item 3): the same suite must pass
+    "sqlite_broker": ("tests.support.sqlite_env", "start_sharded"),
+}
+#: flavours whose queues default to prefetch > 0, with the broker's lease passes running
+BROKER_FLAVOURS = {"sqlite_broker"}
+#: the broker settings of those flavours: a small buffer that refills at once, leases renewed
+#: often, so that most tests' dequeues after the first are served from a buffer
+BROKER_SETTINGS = {
+    "default_prefetch": 8,
+    "renew_seconds": 0.2,
+    "lease_seconds": 2,
+    "write_behind_ms": 2,
 }
 
 
@@ -56,10 +68,14 @@ def conformance_app(flavour, tmp_path_factory):
                     "password_checks_per_second": 10_000,
                 },
                 "janitor": {"enabled": False},
+                **({"broker": BROKER_SETTINGS} if flavour in BROKER_FLAVOURS else {}),
             },
         )
         app = App(config)
         stack.callback(app.close)
+        if flavour in BROKER_FLAVOURS:
+            assert app.store.broker is not None, "the backend has no prefetching broker"
+            app.start_broker()
         yield app
 
 

@@ -10,11 +10,12 @@ rate limits (applied before, to the limit) and piggy-backed acks (applied before
 
 Correctness never depends on ownership: every job is claimed atomically in storage, so two
 servers that both believe they own a partition hand out different jobs. A job served from the
-buffer gets the dequeue's own claim source, under the reservation's token, and becomes an
-ordinary IN_PROGRESS claim when its hand-out is written behind (`HandOuts`): its claim timeout
-counts from then. Refills are demand driven (a partition is refilled only while this server
-served dequeues of its queue within `idle_seconds`), so a server without workers hoards
-nothing; buffered jobs idle longer than `idle_seconds` are released, and `close` releases all.
+buffer gets the dequeue's own claim (which names the worker's source, so acks without a claim
+match as without the broker) and becomes an ordinary IN_PROGRESS claim under it when its
+hand-out is written behind (`HandOuts`): its claim timeout counts from then. Refills follow
+demand (a partition is refilled only while this server served dequeues of its queue within
+`idle_seconds`), so a server without workers hoards nothing; buffered jobs idle longer than
+`idle_seconds` are released, and `close` releases all.
 """
 
 from __future__ import annotations
@@ -31,20 +32,13 @@ from typing import Any
 from pinlater.errors import PinLaterError
 from pinlater.storage.broker.buffer import PartitionBuffer
 from pinlater.storage.broker.handouts import HandOuts
-from pinlater.storage.claims import CLAIM_TOKEN_HEX_CHARS, claim_source, new_claim
+from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import ByteBudget
 from pinlater.storage.models import DequeuedJob
 
 log = logging.getLogger(__name__)
 
 Partition = tuple[str, str]  # (queue, shard)
-
-
-def handed_claim(reserved: str, dequeue_claim: str) -> str:
-    """The claim a buffered job is handed out with: the reservation's token (what fences the
-    hand-out in storage) and the dequeuing client's source (what an ack without a claim is
-    matched by)."""
-    return f"{reserved[:CLAIM_TOKEN_HEX_CHARS]}:{claim_source(dequeue_claim)}"
 
 
 class Broker:
@@ -72,6 +66,8 @@ class Broker:
         self.low_water = low_water
         self.clock = clock
         self._claim_source = f"broker-{server_id}"
+        #: told the queue whose first dequeue (in a while) reached this server
+        self.on_new_demand: Callable[[str], None] | None = None
         self._lock = threading.Lock()
         self._buffers: dict[Partition, PartitionBuffer] = {}
         self._demand: dict[str, float] = {}
@@ -127,6 +123,8 @@ class Broker:
         first = self._demand.get(queue, 0.0) < now - self.idle_seconds
         self._demand[queue] = now
         if first:
+            if self.on_new_demand is not None:
+                self.on_new_demand(queue)
             for q, shard in self.owned():
                 if q == queue:
                     self._maybe_refill(q, shard)
@@ -155,9 +153,10 @@ class Broker:
         if not jobs:
             return jobs
         self.served += len(jobs)
-        served = [replace(job, claim=handed_claim(job.claim or "", claim)) for job in jobs]
-        self.handouts.add(queue, shard, priority, [(j.local_id, j.claim or "") for j in served])
-        return served
+        self.handouts.add(
+            (queue, shard, priority, claim), [(job.local_id, job.claim or "") for job in jobs]
+        )
+        return [replace(job, claim=claim) for job in jobs]
 
     def flush(self) -> None:
         """Write pending hand-outs now (before acks or checkpoints are applied)."""
@@ -303,10 +302,9 @@ class Broker:
         for queue, shard in self.owned():
             self._maybe_refill(queue, shard)
 
-    def _write_handouts(
-        self, queue: str, shard: str, priority: int, items: list[tuple[int, str]]
-    ) -> int:
-        return self.store.call(shard, lambda s: s.hand_out(queue, priority, items))
+    def _write_handouts(self, key: tuple[str, str, int, str], items: list[tuple[int, str]]) -> int:
+        queue, shard, priority, claim = key
+        return self.store.call(shard, lambda s: s.hand_out(queue, priority, items, claim))
 
     # ---------------------------------------------------------------- shutdown
 

@@ -1,7 +1,7 @@
-"""Hand-outs written behind: a dequeue served from a buffer answers at once and the reserved
-jobs it handed out become ordinary IN_PROGRESS claims (`Shard.hand_out`) in batches, one call
-per (queue, shard, priority) every `interval` seconds, so the dequeue itself costs no storage
-round trip.
+"""Hand-outs written behind: a dequeue served from a buffer answers at once, and the reserved
+jobs it handed out become ordinary IN_PROGRESS claims under its claim (`Shard.hand_out`, one
+call per dequeue, partition and priority) within `interval` seconds, from a thread of their
+own: the dequeue itself costs no storage round trip.
 
 Whatever this server applies to a job it handed out (an ack, a checkpoint) waits for `flush`
 first, so a worker that acks through the same server never finds its job still reserved; an
@@ -24,10 +24,11 @@ from pinlater.errors import PinLaterError
 
 log = logging.getLogger(__name__)
 
-#: (queue, shard, priority) -> [(local_id, claim)]
-Batch = dict[tuple[str, str, int], list[tuple[int, str]]]
-#: writes one group: (queue, shard, priority, [(local_id, claim)]) -> how many were applied
-Writer = Callable[[str, str, int, list[tuple[int, str]]], int]
+#: (queue, shard, priority, the dequeue's claim) -> [(local_id, prefetch claim)]
+Key = tuple[str, str, int, str]
+Batch = dict[Key, list[tuple[int, str]]]
+#: writes one group (`Shard.hand_out`): (key, [(local_id, prefetch claim)]) -> how many applied
+Writer = Callable[[Key, list[tuple[int, str]]], int]
 
 
 @dataclass
@@ -67,9 +68,11 @@ class HandOuts:
         self._thread = threading.Thread(target=self._run, name="broker-handouts", daemon=True)
         self._thread.start()
 
-    def add(self, queue: str, shard: str, priority: int, items: list[tuple[int, str]]) -> None:
+    def add(self, key: Key, items: list[tuple[int, str]]) -> None:
+        """Hand-outs of one dequeue (`key` names its claim) of reserved jobs of one partition
+        and priority, given as (local_id, prefetch claim)."""
         with self._lock:
-            self._pending[(queue, shard, priority)].extend(items)
+            self._pending[key].extend(items)
             if self._since is None:
                 self._since = self.clock()
                 self._lock.notify()
@@ -102,10 +105,10 @@ class HandOuts:
             if failed:
                 self._keep(failed, since)
 
-    def _write_one(self, key: tuple[str, str, int], items: list[tuple[int, str]]) -> bool:
-        queue, shard, priority = key
+    def _write_one(self, key: Key, items: list[tuple[int, str]]) -> bool:
+        queue, shard = key[0], key[1]
         try:
-            applied = self._write(queue, shard, priority, items)
+            applied = self._write(key, items)
         except PinLaterError as exc:
             self.stats.failures += 1
             log.warning(
