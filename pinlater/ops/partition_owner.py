@@ -2,14 +2,14 @@
 
 Every pass (each `broker.renew_seconds`, and at once when a queue first sees demand here) a
 server renews its heartbeat (a lease `server.<id>` on the first shard), reads the live servers
-(`live_leases`), and ranks them per partition by rendezvous hashing of (queue, shard, server):
-each partition's winner takes (or renews) the partition's lease `partition.<queue>.<shard>`
-in that shard and buffers it; a server that is no longer the winner releases its buffered jobs
-and the lease, so a joining server gets its share on the next passes. Partitions spread evenly
-and move only when the winner changes; a dead server's leases and heartbeat expire after
-`broker.lease_seconds`, and the others take its partitions over then. Only queues with demand
-here (dequeues within `broker.idle_seconds`) and `prefetch` > 0 are considered: a server
-without workers holds nothing. Correctness never depends on a lease (jobs are claimed
+(`live_leases`), and splits each queue's shards among them by rendezvous hashing of (queue,
+shard, server) with bounded load (`assign`): each partition's owner takes (or renews) its lease
+`partition.<queue>.<shard>` in that shard and buffers it; a server that is no longer the owner
+releases its buffered jobs and the lease, so a joining server gets its share on the next
+passes. Partitions move only when the split changes; a dead server's leases and heartbeat
+expire after `broker.lease_seconds`, and the others take its partitions over then. Only
+queues with demand here (dequeues within `broker.idle_seconds`) and `prefetch` > 0 count: a
+server without workers holds nothing. Correctness never depends on a lease (jobs are claimed
 atomically in storage); leases only keep two brokers from buffering the same partition.
 """
 
@@ -43,9 +43,27 @@ def partition_lease(queue: str, shard: str) -> str:
     return f"{PARTITION_PREFIX}{queue}.{shard}"
 
 
-def winner(queue: str, shard: str, servers: Iterable[str]) -> str:
-    """The server that should own the partition: the highest rendezvous weight."""
-    return max(servers, key=lambda server: (_weight(queue, shard, server), server))
+def assign(queue: str, shards: Sequence[str], servers: Iterable[str]) -> dict[str, str]:
+    """shard -> the server that should own (queue, shard): rendezvous hashing with bounded
+    load. Pairs are taken by weight, highest first, each shard going to the first server of
+    its ranking that has fewer than ceil(shards / servers) partitions of the queue, so a
+    queue's partitions split evenly (within one) and every server computes the same split
+    from the same live list; a join or a leave moves about the share that must move."""
+    ranked = sorted(set(servers))
+    if not ranked or not shards:
+        return {}
+    cap = -(-len(shards) // len(ranked))
+    pairs = sorted(
+        ((_weight(queue, shard, server), shard, server) for shard in shards for server in ranked),
+        reverse=True,
+    )
+    owners: dict[str, str] = {}
+    load = dict.fromkeys(ranked, 0)
+    for _, shard, server in pairs:
+        if shard not in owners and load[server] < cap:
+            owners[shard] = server
+            load[server] += 1
+    return owners
 
 
 def _weight(queue: str, shard: str, server: str) -> bytes:
@@ -108,9 +126,10 @@ class PartitionOwner:
     def _wanted(self, queues: Iterable[str], servers: set[str]) -> set[Partition]:
         wanted: set[Partition] = set()
         for queue in queues:
-            for shard in self._shards(queue):
-                if winner(queue, shard, servers) == self.server_id:
-                    wanted.add((queue, shard))
+            owners = assign(queue, self._shards(queue), servers)
+            wanted.update(
+                (queue, shard) for shard, owner in owners.items() if owner == self.server_id
+            )
         return wanted
 
     def _shards(self, queue: str) -> Sequence[str]:
