@@ -79,8 +79,7 @@ class Broker:
         self._refills = ThreadPoolExecutor(refill_threads, thread_name_prefix="broker-refill")
         #: counters: jobs served from buffers, prefetched, released (idle / stop / lost lease)
         self.served = self.prefetched = self.released = 0
-        self._ticker = threading.Thread(target=self._tick_loop, name="broker-tick", daemon=True)
-        self._ticker.start()
+        self._ticker: threading.Thread | None = None  # started with the first partition
         store.signals.listen(self._on_signal)
 
     # ---------------------------------------------------------------- ownership
@@ -91,6 +90,11 @@ class Broker:
             if self._closed or (queue, shard) in self._buffers:
                 return
             self._buffers[(queue, shard)] = PartitionBuffer()
+            if self._ticker is None:
+                self._ticker = threading.Thread(
+                    target=self._tick_loop, name="broker-tick", daemon=True
+                )
+                self._ticker.start()
         self._maybe_refill(queue, shard)
 
     def disown(self, queue: str, shard: str) -> None:
@@ -316,7 +320,8 @@ class Broker:
                 return
             self._closed = True
         self._stopping.set()
-        self._ticker.join(timeout=5)
+        if self._ticker is not None:
+            self._ticker.join(timeout=5)
         self._refills.shutdown(wait=True, cancel_futures=True)
         self.handouts.close()
         with self._lock:

@@ -65,14 +65,18 @@ class HandOuts:
         self._since: float | None = None  # when the oldest pending hand-out was added
         self._closed = False
         self.stats = HandOutStats()
-        self._thread = threading.Thread(target=self._run, name="broker-handouts", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None  # started by the first hand-out
 
     def add(self, key: Key, items: list[tuple[int, str]]) -> None:
         """Hand-outs of one dequeue (`key` names its claim) of reserved jobs of one partition
         and priority, given as (local_id, prefetch claim)."""
         with self._lock:
             self._pending[key].extend(items)
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(
+                    target=self._run, name="broker-handouts", daemon=True
+                )
+                self._thread.start()
             if self._since is None:
                 self._since = self.clock()
                 self._lock.notify()
@@ -164,5 +168,7 @@ class HandOuts:
         with self._lock:
             self._closed = True
             self._lock.notify()
-        self._thread.join(timeout=5)
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=5)
         self._write_pending()
