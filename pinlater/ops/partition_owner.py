@@ -1,10 +1,10 @@
 """Which server's broker buffers which (queue, shard) partition: leases kept in the storage.
 
 Every pass (each `broker.renew_seconds`, and at once when a queue first sees demand here) a
-server renews its heartbeat (a lease `server.<id>` on the first shard), reads the live servers
+server renews its heartbeat (a lease `server/<id>` on the first shard), reads the live servers
 (`live_leases`), and splits each queue's shards among them by rendezvous hashing of (queue,
 shard, server) with bounded load (`assign`): each partition's owner takes (or renews) its lease
-`partition.<queue>.<shard>` in that shard and buffers it; a server that is no longer the owner
+`partition/<queue>` in that shard and buffers it; a server that is no longer the owner
 releases its buffered jobs and the lease, so a joining server gets its share on the next
 passes. Partitions move only when the split changes; a dead server's leases and heartbeat
 expire after `broker.lease_seconds`, and the others take its partitions over then. Only
@@ -28,8 +28,9 @@ from pinlater.storage.broker.broker import Broker, Partition
 
 log = logging.getLogger(__name__)
 
-SERVER_PREFIX = "server."
-PARTITION_PREFIX = "partition."
+#: lease names as pinlater/storage/broker_store.py (the storage side) spells them
+SERVER_PREFIX = "server/"
+PARTITION_PREFIX = "partition/"
 
 
 def new_server_id() -> str:
@@ -39,8 +40,9 @@ def new_server_id() -> str:
     return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def partition_lease(queue: str, shard: str) -> str:
-    return f"{PARTITION_PREFIX}{queue}.{shard}"
+def partition_lease(queue: str) -> str:
+    """A partition's lease name; it lives in the partition's own shard."""
+    return f"{PARTITION_PREFIX}{queue}"
 
 
 def assign(queue: str, shards: Sequence[str], servers: Iterable[str]) -> dict[str, str]:
@@ -138,7 +140,7 @@ class PartitionOwner:
         return [name for name in names if self.store.health.is_healthy(name)]
 
     def _take(self, queue: str, shard: str) -> None:
-        name = partition_lease(queue, shard)
+        name = partition_lease(queue)
         try:
             ours = self.store.call(
                 shard, lambda s: s.acquire_lease(name, self.server_id, self.lease_ms), retries=0
@@ -153,7 +155,7 @@ class PartitionOwner:
 
     def _give_up(self, queue: str, shard: str) -> None:
         self.broker.disown(queue, shard)
-        name = partition_lease(queue, shard)
+        name = partition_lease(queue)
         try:
             self.store.call(shard, lambda s: s.release_lease(name, self.server_id), retries=0)
         except PinLaterError as exc:

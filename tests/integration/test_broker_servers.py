@@ -55,16 +55,17 @@ def client_of(server: ServerProcess) -> PinLaterClient:
 
 @contextlib.contextmanager
 def leases(section: dict):
-    """`read(prefix)`: {name: owner} of the live leases on every shard of the storage."""
+    """`read(prefix)`: {(shard, name): owner} of the live leases on every shard."""
     config = load_config(env={}, overrides={"backend": section})
     backend = backend_class(config.backend.kind)(config.backend.options, config.storage_limits())
     shards = [backend.open_shard(spec) for spec in config.backend.shards]
 
-    def read(prefix: str) -> dict[str, str]:
-        found: dict[str, str] = {}
-        for shard in shards:
-            found.update(shard.live_leases(prefix))
-        return found
+    def read(prefix: str) -> dict[tuple[str, str], str]:
+        return {
+            (shard.name, name): owner
+            for shard in shards
+            for name, owner in shard.live_leases(prefix).items()
+        }
 
     try:
         yield read
@@ -153,7 +154,7 @@ def test_sigterm_gives_buffered_jobs_back_at_once(storage, tmp_path):
 
 def owners_by_server(read) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for owner in read("partition.").values():
+    for owner in read("partition/").values():
         counts[owner] = counts.get(owner, 0) + 1
     return counts
 
@@ -174,7 +175,7 @@ def test_two_servers_split_partitions_and_one_takes_over(storage, tmp_path):
             return counts if sorted(counts.values()) == [2, 2] else None
 
         split = wait_for(demand_and_split, 10, "4 partitions split 2 and 2")
-        servers = set(read("server.").values())
+        servers = set(read("server/").values())
         assert set(split) == servers and len(servers) == 2
         b.kill()
 
@@ -184,5 +185,5 @@ def test_two_servers_split_partitions_and_one_takes_over(storage, tmp_path):
             return len(counts) == 1 and sum(counts.values()) == len(SHARDS)
 
         wait_for(taken_over, BROKER["lease_seconds"] * 2 + 5, "a owns all 4 partitions")
-        assert set(owners_by_server(read)) == set(read("server.").values()), "a, the live one"
-        assert set(read("server.").values()) < servers
+        assert set(owners_by_server(read)) == set(read("server/").values()), "a, the live one"
+        assert set(read("server/").values()) < servers
