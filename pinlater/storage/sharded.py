@@ -829,12 +829,28 @@ class _DequeueRun:
 
     def _step(self, priority: int, name: str) -> None:
         broker = self.store.broker
-        if broker is not None:  # the buffered jobs first: they are older than what is left
-            jobs = broker.serve(self.queue, name, priority, self.need, self.claim, self.budget)
-            if jobs:
-                self.add(name, jobs, step=(priority, name))
-                if self.done:
-                    return
+        if broker is None:
+            self._storage_step(priority, name)
+            return
+        if self._take_buffered(broker, priority, name):
+            return
+        lock = broker.partition_lock(self.queue, name)  # None: not a partition it owns
+        if lock is None:
+            self._storage_step(priority, name)
+            return
+        with lock:  # no refill runs now: a job it reserves is in the buffer, not in between
+            if not self._take_buffered(broker, priority, name):
+                self._storage_step(priority, name)
+
+    def _take_buffered(self, broker: Broker, priority: int, name: str) -> bool:
+        """Take the broker's buffered jobs of the partition at `priority` (older than what
+        storage still holds); whether the dequeue is done."""
+        jobs = broker.serve(self.queue, name, priority, self.need, self.claim, self.budget)
+        if jobs:
+            self.add(name, jobs, step=(priority, name))
+        return self.done
+
+    def _storage_step(self, priority: int, name: str) -> None:
         queue, need, claim, budget = self.queue, self.need, self.claim, self.budget
         empty = self.empty
         if empty.enabled and empty.skip(queue, name, priority):

@@ -13,6 +13,7 @@ import pytest
 
 from backends import backend_class
 from pinlater.app import load_config
+from pinlater.storage.contract import Shard
 from tests.support.server_process import ServerProcess
 from tests.support.storage import backend_section
 from worker_sdk.client import PinLaterClient
@@ -33,11 +34,29 @@ KINDS = ("sqlite",)
 @pytest.fixture(params=KINDS)
 def storage(request, tmp_path):
     kind = request.param
-    with backend_section(kind, tmp_path) as section:
-        if kind == "sqlite":
-            yield {**section, "shards": [{"name": name} for name in SHARDS]}
-        else:
-            yield section
+    with backend_section(kind, tmp_path) as given:
+        section = {**given, "shards": [{"name": name} for name in SHARDS]}
+        if kind != "sqlite":
+            section = given
+        if not has_prefetch(section):
+            pytest.skip(f"the {kind} backend has no prefetch primitives (Shard.prefetch) yet")
+        yield section
+
+
+def has_prefetch(section: dict) -> bool:
+    config = load_config(env={}, overrides={"backend": section})
+    return all(cls.prefetch is not Shard.prefetch for cls in _shard_classes(config))
+
+
+def _shard_classes(config) -> list[type]:
+    backend = backend_class(config.backend.kind)(config.backend.options, config.storage_limits())
+    try:
+        shards = [backend.open_shard(spec) for spec in config.backend.shards[:1]]
+        for shard in shards:
+            shard.close()
+        return [type(shard) for shard in shards]
+    finally:
+        backend.close()
 
 
 def start(stack, section: dict, tmp, name: str, *, broker=True, janitor=False) -> ServerProcess:

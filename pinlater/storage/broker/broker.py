@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from pinlater.errors import PinLaterError
+from pinlater.errors import PinLaterError, QueueNotFound
 from pinlater.storage.broker.buffer import PartitionBuffer
 from pinlater.storage.broker.handouts import HandOuts
 from pinlater.storage.claims import new_claim
@@ -162,6 +162,12 @@ class Broker:
         )
         return [replace(job, claim=claim) for job in jobs]
 
+    def partition_lock(self, queue: str, shard: str) -> threading.Lock | None:
+        """The lock a dequeue holds while it asks storage for an owned partition (`None`: not
+        owned); a refill holds it while it prefetches."""
+        buffer = self._buffers.get((queue, shard))
+        return None if buffer is None else buffer.lock
+
     def flush(self) -> None:
         """Write pending hand-outs now (before acks or checkpoints are applied)."""
         self.handouts.flush()
@@ -197,8 +203,15 @@ class Broker:
 
     def _refill(self, queue: str, shard: str) -> None:
         got = 0
+        buffer = self._buffers.get((queue, shard))
         try:
-            got = self._fill(queue, shard)
+            if buffer is not None:
+                with buffer.lock:
+                    got = self._fill(queue, shard)
+        except QueueNotFound:  # deleted: its buffer goes (its jobs went with the queue)
+            with self._lock:
+                self._buffers.pop((queue, shard), None)
+                self._demand.pop(queue, None)
         except PinLaterError as exc:
             log.warning("broker: refill of %s on %s failed: %s", queue, shard, exc)
         except Exception:

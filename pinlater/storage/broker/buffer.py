@@ -8,6 +8,7 @@ that priority would claim them in, and only the leading jobs that fit a reply's 
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ class PartitionBuffer:
         self.size = 0
         #: a refill of this partition is running or queued (one at a time)
         self.refilling = False
+        #: held by a refill while it prefetches, and by a dequeue that found the buffer short
+        #: while it asks storage: a job is then either buffered or still in storage, never
+        #: reserved on its way to the buffer while the dequeue looks
+        self.lock = threading.Lock()
 
     def add(self, jobs: Iterable[DequeuedJob], now: float) -> int:
         """Append jobs a prefetch returned (in its order); returns how many."""

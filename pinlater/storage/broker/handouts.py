@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pinlater.errors import PinLaterError
+from pinlater.errors import InvalidRequest, PinLaterError, QueueNotFound
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,10 @@ class HandOuts:
         queue, shard = key[0], key[1]
         try:
             applied = self._write(key, items)
+        except (QueueNotFound, InvalidRequest) as exc:  # the queue or shard is gone: so are they
+            self.stats.refused += len(items)
+            log.info("broker: %d hand-out(s) of %s dropped: %s", len(items), queue, exc)
+            return True
         except PinLaterError as exc:
             self.stats.failures += 1
             log.warning(
