@@ -579,7 +579,7 @@ class ShardedBackend:
         if claim is not None:
             broker.note_demand(queue)
         if acks is not None:
-            broker.flush()
+            broker.flush_for(queue, _refs(acks[0], acks[1]))
             if (acks[0] or acks[1]) and broker.owned():
                 self.ack(queue, *acks)
                 return None
@@ -627,8 +627,8 @@ class ShardedBackend:
         self, queue: str, succeeded: Sequence[tuple[str, Ack]], failed: Sequence[tuple[str, Ack]]
     ) -> int:
         """Apply acks grouped per shard (one call each); returns how many applied."""
-        if self.broker is not None:
-            self.broker.flush()  # a job this server handed out is IN_PROGRESS first
+        if self.broker is not None:  # a job this server handed out is IN_PROGRESS first
+            self.broker.flush_for(queue, _refs(succeeded, failed))
         by_shard: dict[str, tuple[list[Ack], list[Ack]]] = defaultdict(lambda: ([], []))
         for name, ack in succeeded:
             by_shard[name][0].append(ack)
@@ -645,7 +645,7 @@ class ShardedBackend:
 
     def checkpoint(self, queue: str, checkpoints: Sequence[tuple[str, Checkpoint]]) -> int:
         if self.broker is not None:
-            self.broker.flush()
+            self.broker.flush_for(queue, _refs(checkpoints))
         by_shard: dict[str, list[Checkpoint]] = defaultdict(list)
         for name, checkpoint in checkpoints:
             self.shard(name)
@@ -878,6 +878,11 @@ class _DequeueRun:
         ):
             raise failure
         return self.got
+
+
+def _refs(*groups: Sequence[tuple[str, Ack | Checkpoint]]) -> list[tuple[str, int, int]]:
+    """(shard, priority, local_id) of acks or checkpoints."""
+    return [(name, item.priority, item.local_id) for group in groups for name, item in group]
 
 
 def _reusable(old: _ShardSet, specs: Sequence[ShardSpec]) -> dict[str, Shard]:

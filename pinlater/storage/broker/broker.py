@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -169,8 +169,14 @@ class Broker:
         return None if buffer is None else buffer.lock
 
     def flush(self) -> None:
-        """Write pending hand-outs now (before acks or checkpoints are applied)."""
+        """Write every pending hand-out now."""
         self.handouts.flush()
+
+    def flush_for(self, queue: str, jobs: Iterable[tuple[str, int, int]]) -> None:
+        """Write the pending hand-outs first if one of `jobs` ((shard, priority, local_id))
+        is among them: acks and checkpoints of a job this server handed out then find it
+        handed out."""
+        self.handouts.flush_for(queue, jobs)
 
     def _low_mark(self, queue: str) -> float:
         prefetch = self.prefetch_for(queue)

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from pinlater.errors import InvalidRequest, PinLaterError, QueueNotFound
@@ -62,6 +62,8 @@ class HandOuts:
         self._lock = threading.Condition()
         self._flush_lock = threading.Lock()  # one writer at a time: batches stay in order
         self._pending: Batch = defaultdict(list)
+        #: (queue, shard, priority, local_id) of every hand-out pending or being written
+        self._unwritten: set[tuple[str, str, int, int]] = set()
         self._since: float | None = None  # when the oldest pending hand-out was added
         self._closed = False
         self.stats = HandOutStats()
@@ -70,8 +72,10 @@ class HandOuts:
     def add(self, key: Key, items: list[tuple[int, str]]) -> None:
         """Hand-outs of one dequeue (`key` names its claim) of reserved jobs of one partition
         and priority, given as (local_id, prefetch claim)."""
+        queue, shard, priority = key[0], key[1], key[2]
         with self._lock:
             self._pending[key].extend(items)
+            self._unwritten.update((queue, shard, priority, local_id) for local_id, _ in items)
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(
                     target=self._run, name="broker-handouts", daemon=True
@@ -86,11 +90,18 @@ class HandOuts:
             return sum(len(items) for items in self._pending.values())
 
     def flush(self) -> None:
-        """Write every pending hand-out now (before this server applies acks or checkpoints).
-        Costs a lock and a look when nothing is pending."""
-        if self._since is None:
+        """Write every pending hand-out now. Costs a look when nothing is pending."""
+        if self._since is None and not self._unwritten:
             return
         self._write_pending()
+
+    def flush_for(self, queue: str, jobs: Iterable[tuple[str, int, int]]) -> None:
+        """Before acks or checkpoints of `jobs` ((shard, priority, local_id) of `queue`) are
+        applied: write the pending hand-outs if one of them is among them (or wait for the
+        write in progress that holds it); nothing to do, the usual case, costs a look."""
+        unwritten = self._unwritten
+        if unwritten and any((queue, *job) in unwritten for job in jobs):
+            self._write_pending()
 
     def _take(self) -> tuple[Batch, float | None]:
         with self._lock:
@@ -108,6 +119,12 @@ class HandOuts:
                     failed[key] = items
             if failed:
                 self._keep(failed, since)
+            with self._lock:  # written (or given up): only what is pending again stays
+                self._unwritten = {
+                    (k[0], k[1], k[2], local_id)
+                    for k, items in self._pending.items()
+                    for local_id, _ in items
+                }
 
     def _write_one(self, key: Key, items: list[tuple[int, str]]) -> bool:
         queue, shard = key[0], key[1]
