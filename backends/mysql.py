@@ -72,6 +72,11 @@ _STATEMENT_SLACK = 64 * 1024
 #: a waiting DDL, so its wait is kept short; a DDL that gives up fails with a QueueBusy
 DDL_LOCK_WAIT = 2
 _PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9]{0,15}", re.ASCII)
+#: a column or index another server added first (see _add_reserve_columns)
+_DUPLICATE = re.compile(r"MySQL error 106[01]\b")
+_JOB_TABLE = re.compile(r"jobs_p[0-9]+", re.ASCII)
+#: a statement met a job table made before the prefetching broker (see _add_reserve_columns)
+_NO_RESERVE_COLUMN = re.compile(r"MySQL error 1054\b.*reserved_until")
 _VALUES_PARAM = re.compile(r"%\((\w+)\)s")
 
 
@@ -234,7 +239,9 @@ class MySQLShard(SQLShard):
         self._db_name = re.compile(re.escape(self._db_prefix) + r"([A-Za-z0-9_]+)", re.ASCII)
         #: <prefix>_<shard>: the shard's own database (runtime queue settings), never a queue's
         self.settings_table = (f"{spec.database_prefix}_{spec.name}", "settings")
+        self.lease_table = (f"{spec.database_prefix}_{spec.name}", "leases")
         self._settings_ready = False
+        self._leases_ready = False
 
     # ---- identifiers: the ONE place queue names become database/table names ----
     def database(self, queue: str) -> str:
@@ -316,12 +323,42 @@ class MySQLShard(SQLShard):
         try:
             with self._connected_transaction(read_only) as cur:
                 yield cur
+        except ShardError as exc:
+            if not _NO_RESERVE_COLUMN.search(str(exc)):
+                raise
+            self._add_reserve_columns()
+            raise QueueBusy(
+                self.name, "gave job tables their reserved_until column; retry"
+            ) from exc
         except QueueNotFound as exc:
             if self._create_missing_tables(exc.queue):
                 raise QueueBusy(
                     self.name, f"created missing job tables of queue {exc.queue!r}; retry"
                 ) from exc
             raise
+
+    def _add_reserve_columns(self) -> None:
+        """Give the shard's job tables made before the prefetching broker (or by an older
+        server since) their reserved_until column and index, online, when a statement found
+        one without it (1054): the call then fails with a QueueBusy, which the layer above
+        retries, as for missing tables. Nothing is read while every table has it. Another
+        server doing the same at once makes a duplicate (1060, 1061): done, either way."""
+        pattern = self._db_prefix.replace("_", "\\_") + "%"
+        [tables, done] = self._ddl(
+            [self.queries.render("stats_tables"), self.queries.render("reserved_tables")],
+            {"pattern": pattern},
+        )
+        have = {(db, table) for db, table in done}
+        for db, table in tables:
+            if (db, table) in have or not _JOB_TABLE.fullmatch(table) or not self._queue_of(db):
+                continue
+            try:
+                self._ddl([self.queries.render("add_reserve_column", table=(db, table))])
+            except QueueNotFound:
+                pass  # deleted meanwhile
+            except ShardError as exc:  # QueueBusy included: the retried call tries again
+                if not _DUPLICATE.search(str(exc)):
+                    raise
 
     def _create_missing_tables(self, queue: str) -> bool:
         """CREATE TABLE IF NOT EXISTS for every priority of a queue that exists: never the
@@ -565,6 +602,18 @@ class MySQLShard(SQLShard):
             ]
         )
         self._settings_ready = True
+
+    def _ensure_leases(self) -> None:
+        if self._leases_ready:
+            return
+        db, table = self.lease_table
+        self._ddl(
+            [
+                self.queries.render("create_settings_database", db=(db,)),
+                self.queries.render("create_leases", table=(db, table)),
+            ]
+        )
+        self._leases_ready = True
 
     def queue_names(self) -> set[str]:
         pattern = self._db_prefix.replace("_", "\\_") + "%"

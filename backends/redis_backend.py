@@ -35,6 +35,7 @@ from backends.redis_scripts import Scripts
 from backends.shared_pools import SharedPools
 from pinlater.storage.acks import AckOutcome, group_acks
 from pinlater.storage.contract import (
+    MAX_LEASES_LISTED,
     Backend,
     BodyFilter,
     ByteBudget,
@@ -43,6 +44,7 @@ from pinlater.storage.contract import (
     StorageLimits,
 )
 from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
+from pinlater.storage.leases import check_lease
 from pinlater.storage.ledger import LedgerBook, book_from
 from pinlater.storage.models import (
     AGED_STATES,
@@ -366,6 +368,61 @@ class RedisShard(Shard):
         )
         return _dequeued(flat, priority, claim)
 
+    def prefetch(
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        hold_ms: int,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        """dequeue.lua with a hold: the jobs go to :rsv (deadline) instead of ua1."""
+        if limit <= 0:
+            self._check_queue(queue)
+            return []
+        args = [*self._dequeue_args(queue, priority, limit, claim, budget), max(int(hold_ms), 0)]
+        return _dequeued(self._run(self._scripts.dequeue, queue, args), priority, claim)
+
+    def hand_out(
+        self,
+        queue: str,
+        priority: int,
+        jobs: Sequence[tuple[int, str]],
+        claim: str | None = None,
+    ) -> int:
+        return self._end_reservations(queue, priority, "H", claim or "", jobs)
+
+    def release(self, queue: str, priority: int, jobs: Sequence[tuple[int, str]]) -> int:
+        return self._end_reservations(queue, priority, "R", "", jobs)
+
+    def _end_reservations(
+        self, queue: str, priority: int, mode: str, claim: str, jobs: Sequence[tuple[int, str]]
+    ) -> int:
+        """reservations.lua: one script call for the whole batch."""
+        args: list[Any] = [queue, self._prefix(queue), self._offset(), priority, mode, claim]
+        for local_id, held in jobs:
+            args += [keys.id19(local_id), held]
+        return int(self._run(self._scripts.reservations, queue, args))
+
+    # ---- leases ----
+    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+        check_lease(name, owner, ttl_ms)
+        args = [keys.lease_key(self.name), name, owner, self._offset(), int(ttl_ms)]
+        return int(self._run(self._scripts.lease_take, None, args)) == 1
+
+    def release_lease(self, name: str, owner: str) -> bool:
+        check_lease(name, owner)
+        args = [keys.lease_key(self.name), name, owner]
+        return int(self._run(self._scripts.lease_drop, None, args)) == 1
+
+    def live_leases(self, prefix: str) -> dict[str, str]:
+        if prefix:
+            check_lease(prefix)
+        args = [keys.lease_key(self.name), prefix, self._offset(), MAX_LEASES_LISTED]
+        flat = self._run(self._scripts.lease_list, None, args)
+        return {_decode_text(flat[i]): _decode_text(flat[i + 1]) for i in range(0, len(flat), 2)}
+
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         return int(self._run(self._scripts.ack, queue, self._ack_args(queue, succeeded, failed)))
 
@@ -638,8 +695,8 @@ class RedisShard(Shard):
             int(claim_timeout_ms),
             max(int(limit), 0),
         ]
-        retried, failed = self._run(self._scripts.reclaim, queue, args)
-        return ReclaimCounts(retried=int(retried), failed=int(failed))
+        retried, failed, released = self._run(self._scripts.reclaim, queue, args)
+        return ReclaimCounts(retried=int(retried), failed=int(failed), released=int(released))
 
     def purge(self, queue: str, priority: int, state: JobState, ttl_ms: int, limit: int) -> int:
         if state not in (JobState.SUCCEEDED, JobState.FAILED):
@@ -831,13 +888,15 @@ def _queue_stats(
             continue
         stats = QueueStats(now_ms=now, counts={}, oldest_update={})
         for priority in range(1, priorities + 1):
-            row, at = values[at : at + 11], at + 11
+            row, at = values[at : at + 12], at + 12
             for i, state in enumerate(JobState):
                 stats.counts[(priority, state, False)] = row[2 * i]
                 stats.counts[(priority, state, True)] = row[2 * i + 1]
-            for state, oldest in zip(AGED_STATES, row[8:], strict=True):
+            for state, oldest in zip(AGED_STATES, row[8:11], strict=True):
                 if oldest >= 0:
                     stats.oldest_update[(priority, state)] = oldest
+            if row[11] >= 0:
+                stats.first_reserve_expiry[priority] = row[11]
         expiry, at = values[at], at + 1
         found[queue] = replace(stats, first_key_expiry=expiry if expiry >= 0 else None)
     return found

@@ -65,6 +65,10 @@ class Scripts:
     purge_keys: Script
     ledger: Script
     queue_stats: Script
+    reservations: Script
+    lease_take: Script
+    lease_drop: Script
+    lease_list: Script
 
     def __init__(self, client: redis.Redis):
         for name in SCRIPT_NAMES:

@@ -202,6 +202,7 @@ class SQLiteShard(SQLShard):
             cur.execute(self.queries.render("create_deleted_registry"))
             cur.execute(self.queries.render("create_settings"))
             cur.execute(self.queries.render("seed_settings"))
+            cur.execute(self.queries.render("create_leases"))
             for queue_id in {qid for qid, _ in cur.execute(self.queries.render("queue_list"))}:
                 self._create_tables(cur, queue_id)
             cur.execute("COMMIT")
@@ -371,11 +372,21 @@ class SQLiteShard(SQLShard):
         for priority in range(1, self.limits.num_priorities + 1):
             table = f"q{queue_id}_p{priority}"
             cur.execute(self.queries.render("create_job_table", table=(table,)))
+            self._add_reserve_column(cur, table)
             for name, suffix in (
                 ("create_dequeue_index", "ready"),
                 ("create_updated_index", "updated"),
+                ("create_reserve_index", "reserved"),
             ):
                 cur.execute(self.queries.render(name, table=(table,), index=(f"{table}_{suffix}",)))
+
+    def _add_reserve_column(self, cur: sqlite3.Cursor, table: str) -> None:
+        """Give a job table made before the prefetching broker its reserved_until column (NULL
+        in every row: no job is reserved). Runs under the write lock when the shard opens."""
+        try:
+            cur.execute(self.queries.render("reserve_probe", table=(table,)))
+        except sqlite3.OperationalError:  # no such column
+            cur.execute(self.queries.render("add_reserve_column", table=(table,)))
 
     def _create_ledger(self, cur: sqlite3.Cursor, queue_id: int) -> None:
         """The queue's ledger table and its one slot; a queue that held jobs before it had a

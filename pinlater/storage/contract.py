@@ -201,7 +201,8 @@ class Shard(abc.ABC):
         With a `budget`, only the leading jobs that fit it (`ByteBudget.fitting`) are claimed
         and returned; the rest stay as they were, and bodies of jobs left out are not read."""
 
-    # ---- prefetching broker (docs/semantics.md `P-...`) ----
+    # ---- prefetching broker (docs/semantics.md `F-...`) ----
+    @abc.abstractmethod
     def prefetch(
         self,
         queue: str,
@@ -218,8 +219,8 @@ class Shard(abc.ABC):
         it without using an attempt (run_after and attempts unchanged). Reads and counts show
         it as IN_PROGRESS with its claim, and acks and checkpoints that match its claim apply
         to it as to a handed-out job (write-behind hand-outs: the worker may be faster)."""
-        raise NotImplementedError(f"{type(self).__name__} has no prefetching broker yet")
 
+    @abc.abstractmethod
     def hand_out(
         self,
         queue: str,
@@ -235,15 +236,14 @@ class Shard(abc.ABC):
         returned by the janitor, claimed again) is left alone. One statement per prefetch claim
         (usually one); returns how many jobs were handed out. Counts nothing in the ledger
         (the prefetch counted the claim)."""
-        raise NotImplementedError(f"{type(self).__name__} has no prefetching broker yet")
 
+    @abc.abstractmethod
     def release(self, queue: str, priority: int, jobs: Sequence[tuple[int, str]]) -> int:
         """Reserved jobs, given as (local_id, prefetch claim), back to PENDING at once: claim
         cleared, run_after and attempts unchanged (they keep their place in dequeue order),
         updated_at = now. A broker that stops, or whose buffered jobs idled past its bound,
         calls it. Jobs no longer reserved under that claim are left alone; returns how many
         were released. Counts nothing in the ledger (as a checkpoint to PENDING)."""
-        raise NotImplementedError(f"{type(self).__name__} has no prefetching broker yet")
 
     @abc.abstractmethod
     def next_due_ms(self, queue: str) -> int | None:
@@ -383,23 +383,23 @@ class Shard(abc.ABC):
         return 0
 
     # ---- leases (partition ownership and server liveness for the prefetching broker) ----
+    @abc.abstractmethod
     def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         """Take or renew the lease `name` for `owner` until now + ttl_ms (shard clock), as one
         atomic step: succeeds when the lease is free, expired, or already `owner`'s; False
         (nothing changed) while another owner holds it. Names and owners are checked by
         `pinlater.storage.leases.check_lease`. A lease is advisory: correctness never depends
         on one (jobs are claimed atomically in storage)."""
-        raise NotImplementedError(f"{type(self).__name__} has no prefetching broker yet")
 
+    @abc.abstractmethod
     def release_lease(self, name: str, owner: str) -> bool:
         """Give up the lease `name` if `owner` holds it (expired or not); whether it did."""
-        raise NotImplementedError(f"{type(self).__name__} has no prefetching broker yet")
 
+    @abc.abstractmethod
     def live_leases(self, prefix: str) -> dict[str, str]:
         """name -> owner of every unexpired lease whose name starts with `prefix` (a server
         heartbeat is a lease of its own, so this also tells which servers are alive). One
         read; at most MAX_LEASES_LISTED leases."""
-        raise NotImplementedError(f"{type(self).__name__} has no prefetching broker yet")
 
     # ---- runtime queue settings (one document, kept on the first shard of the map) ----
     @abc.abstractmethod

@@ -436,6 +436,70 @@ def test_a_queue_from_before_the_ledger_gets_its_table_and_slots_on_first_use(ba
     shard.close()
 
 
+def test_a_queue_from_before_the_broker_gets_its_reserve_column_on_first_use(backend, server):
+    """A job table made before the prefetching broker has no reserved_until: the first
+    statement that names it meets error 1054, every such table of the shard gets the column
+    and its index (QueueBusy, retried by the sharded layer), and the retried call works."""
+    shard = open_shard(backend, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    shard.enqueue(name, [NewJob(b"a"), NewJob(b"b", priority=2)])
+    db = shard.database(name)
+    for priority in (1, 2, 3):
+        server.query(f"ALTER TABLE `{db}`.`jobs_p{priority}` DROP KEY reserved")
+        server.query(f"ALTER TABLE `{db}`.`jobs_p{priority}` DROP COLUMN reserved_until")
+    with pytest.raises(QueueBusy):
+        shard.dequeue(name, 1, 10, new_claim(SOURCE))
+    assert len(shard.prefetch(name, 1, 10, new_claim(SOURCE), 60_000)) == 1
+    assert shard.queue_stats([name], 10)[name].first_reserve_expiry.keys() == {1}
+    assert [j.body for j in shard.prefetch(name, 2, 10, new_claim(SOURCE), 60_000)] == [b"b"]
+    columns = server.query(
+        "SELECT TABLE_NAME FROM information_schema.STATISTICS "
+        "WHERE TABLE_SCHEMA = %s AND INDEX_NAME = 'reserved'",
+        (db,),
+    )
+    assert sorted(t for (t,) in columns) == ["jobs_p1", "jobs_p2", "jobs_p3"]
+    shard.delete_queue(name)
+    shard.close()
+
+
+def test_prefetch_and_hand_out_cost_what_a_dequeue_does(backend, server):
+    """Statements per call (the server counts them: Com_* of this session): a prefetch runs
+    a dequeue's statements (select, claim, ledger row), a hand-out and a release one UPDATE
+    each, with the clock read inside it."""
+    shard = open_shard(backend, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    shard.enqueue(name, [NewJob(b"x")] * 20)
+
+    def statements(call) -> int:
+        before = _questions(server)
+        call()
+        return _questions(server) - before
+
+    claim = new_claim(SOURCE)
+    jobs: list = []
+    prefetched = statements(lambda: jobs.extend(shard.prefetch(name, 1, 10, claim, 60_000)))
+    dequeued = statements(lambda: shard.dequeue(name, 1, 5, new_claim(SOURCE)))
+    handed = statements(lambda: shard.hand_out(name, 1, [(j.local_id, claim) for j in jobs[:5]]))
+    released = statements(lambda: shard.release(name, 1, [(j.local_id, claim) for j in jobs[5:]]))
+    print(
+        f"statements: prefetch {prefetched}, dequeue {dequeued}, hand_out {handed}, "
+        f"release {released}"
+    )
+    assert prefetched == dequeued
+    assert handed == released == dequeued - 2  # one UPDATE instead of select + claim + ledger
+    shard.delete_queue(name)
+    shard.close()
+
+
+def _questions(server) -> int:
+    """Statements the server has run (global Questions; the reads count alike, so
+    differences are exact while nothing else runs on the test's own server)."""
+    [(_, value)] = server.query("SHOW GLOBAL STATUS LIKE 'Questions'")
+    return int(value)
+
+
 def test_ledger_is_a_journal_folded_by_fold_ledger(backend, server):
     """Each write transaction inserts its own ledger row (no two writers share one); the
     janitor's fold_ledger folds them into one row and the books read the same."""

@@ -39,6 +39,7 @@ PREFIXES = {
     "P": "Periodic jobs",
     "A": "Ledger",
     "J": "Janitor",
+    "F": "Prefetching broker: storage",
     "X": "Concurrency",
 }
 _ID = r"[A-Z]-[a-z0-9]+(?:-[a-z0-9]+)*"

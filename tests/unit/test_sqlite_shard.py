@@ -196,6 +196,33 @@ def test_a_file_from_before_unique_keys_gets_key_tables_on_open(tmp_path, clock)
     reopened.close()
 
 
+def test_a_file_from_before_the_broker_gets_reserve_columns_on_open(tmp_path, clock):
+    """Job tables made before the prefetching broker lack reserved_until: the migration at
+    open adds it (NULL: nothing reserved) and its partial index, and prefetch works."""
+    shard = open_shard(tmp_path, clock)
+    shard.create_queue("old")
+    enqueue(shard, b"a", queue="old")
+    shard.close()
+    with sqlite3.connect(shard.path) as conn:
+        for priority in (1, 2, 3):
+            conn.execute(f"DROP INDEX q1_p{priority}_reserved")
+            conn.execute(f"ALTER TABLE q1_p{priority} DROP COLUMN reserved_until")
+    reopened = open_shard(tmp_path, clock)
+    try:
+        [job] = reopened.prefetch("old", 1, 10, "c" * 24 + ":broker", 5000)
+        assert job.body == b"a"
+        stats = reopened.queue_stats(["old"], 10)["old"]
+        assert stats.first_reserve_expiry == {1: T0_MS + 5000}
+        with sqlite3.connect(reopened.path) as conn:
+            plan = conn.execute(
+                "EXPLAIN QUERY PLAN SELECT MIN(reserved_until) FROM q1_p1 "
+                "WHERE reserved_until IS NOT NULL"
+            ).fetchall()
+        assert "q1_p1_reserved" in str(plan), plan
+    finally:
+        reopened.close()
+
+
 def test_freeing_a_queue_restores_the_connections_secure_delete(tmp_path, clock):
     shard = open_shard(tmp_path, clock)
     default = shard._secure_delete
