@@ -152,17 +152,12 @@ BROKER = {
 }
 
 
-@pytest.mark.parametrize("kind", ("sqlite",))
+@pytest.mark.parametrize("kind", KINDS)
 def test_f2b_broker_server_killed_with_buffered_jobs_uses_no_attempt(make_rig, kind):
     """F2 with the prefetching broker on: the server is killed while its buffers hold jobs
     (reserved in storage, not handed out) and workers are under way; restarted (broker on
     again), everything drains with no job lost and, strictly, no attempt used by a job that
     was only buffered (the janitor returns those after the hold)."""
-    from backends.sqlite import SQLiteShard
-    from pinlater.storage.contract import Shard
-
-    if SQLiteShard.prefetch is Shard.prefetch:
-        pytest.skip("the sqlite backend has no prefetch primitives (Shard.prefetch) yet")
     rig = make_rig("F2b", kind)
     server = rig.start_server(broker=BROKER)
     rig.create_queue()

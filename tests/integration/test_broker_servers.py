@@ -7,6 +7,7 @@ over the partitions of one that dies. Leases are read from the storage itself.""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import time
 
 import pytest
@@ -15,7 +16,6 @@ from backends import backend_class
 from pinlater.app import load_config
 from pinlater.storage.contract import Shard
 from tests.support.server_process import ServerProcess
-from tests.support.storage import backend_section
 from worker_sdk.client import PinLaterClient
 from worker_sdk.models import JobState
 
@@ -28,16 +28,24 @@ BROKER = {
     "lease_seconds": 1.5,
     "renew_seconds": 0.3,
 }
-KINDS = ("sqlite",)
+KINDS = ("sqlite", "redis", "mysql")
 
 
 @pytest.fixture(params=KINDS)
 def storage(request, tmp_path):
+    """A backend section with the 4 shards of SHARDS on fresh storage of each kind."""
     kind = request.param
-    with backend_section(kind, tmp_path) as given:
-        section = {**given, "shards": [{"name": name} for name in SHARDS]}
-        if kind != "sqlite":
-            section = given
+    with contextlib.ExitStack() as stack:
+        if kind == "sqlite":
+            section = {
+                "kind": kind,
+                "data_dir": str(tmp_path / "sqlite"),
+                "shards": [{"name": name} for name in SHARDS],
+            }
+        else:
+            env = importlib.import_module(f"tests.support.{kind}_env")
+            running = stack.enter_context(env.running_server(tmp_path / kind))
+            section = {"kind": kind, "shards": [running.shard(name) for name in SHARDS]}
         if not has_prefetch(section):
             pytest.skip(f"the {kind} backend has no prefetch primitives (Shard.prefetch) yet")
         yield section

@@ -101,7 +101,11 @@ class Broker:
         """The partition's lease is gone or given up: release its buffered jobs at once."""
         with self._lock:
             buffer = self._buffers.pop((queue, shard), None)
-            jobs = [] if buffer is None else buffer.drain()
+        if buffer is None:
+            return
+        with buffer.lock:  # a refill in flight ends first (and releases what it fetched)
+            with self._lock:
+                jobs = buffer.drain()
         self._release(queue, shard, jobs)
 
     def owned(self) -> set[Partition]:
