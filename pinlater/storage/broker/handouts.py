@@ -24,6 +24,9 @@ from pinlater.errors import InvalidRequest, PinLaterError, QueueNotFound
 
 log = logging.getLogger(__name__)
 
+#: writes `flush_for` tries before it lets an ack through anyway (it then finds the job still
+#: reserved and is not applied: the job comes back, as any unacked one)
+FLUSH_TRIES = 3
 #: (queue, shard, priority, the dequeue's claim) -> [(local_id, prefetch claim)]
 Key = tuple[str, str, int, str]
 Batch = dict[Key, list[tuple[int, str]]]
@@ -99,8 +102,11 @@ class HandOuts:
         """Before acks or checkpoints of `jobs` ((shard, priority, local_id) of `queue`) are
         applied: write the pending hand-outs if one of them is among them (or wait for the
         write in progress that holds it); nothing to do, the usual case, costs a look."""
-        unwritten = self._unwritten
-        if unwritten and any((queue, *job) in unwritten for job in jobs):
+        wanted = [(queue, *job) for job in jobs]
+        for _ in range(FLUSH_TRIES):  # a write that failed (a lock wait) is kept and retried
+            unwritten = self._unwritten
+            if not unwritten or not any(key in unwritten for key in wanted):
+                return
             self._write_pending()
 
     def _take(self) -> tuple[Batch, float | None]:
