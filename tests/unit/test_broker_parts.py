@@ -65,3 +65,20 @@ def test_partitions_split_evenly_and_move_little():
         left = assign(queue, shards, ["a", "b"])
         assert sorted(Counter(left.values()).values()) == [4, 4]
     assert assign("q", [], ["a"]) == {} and assign("q", ["1"], []) == {}
+
+
+def test_config_refuses_an_idle_bound_or_renewal_too_close_to_the_hold_or_lease():
+    import pytest
+
+    from pinlater.app import load_config
+    from pinlater.common.sections import ConfigError
+
+    broker = {"hold_seconds": 10, "idle_seconds": 6, "lease_seconds": 3, "renew_seconds": 2}
+    with pytest.raises(ConfigError) as info:
+        load_config(env={}, overrides={"broker": broker})
+    problems = " ".join(info.value.problems)
+    assert "broker.idle_seconds" in problems and "broker.renew_seconds" in problems
+    fine = load_config(
+        env={}, overrides={"broker": {**broker, "idle_seconds": 5, "lease_seconds": 4}}
+    )
+    assert fine.broker.default_prefetch == 0 and fine.broker.idle_seconds == 5
