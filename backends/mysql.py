@@ -28,6 +28,7 @@ Dialect choices (the rest is `sql_base.SQLShard`; these are its hooks):
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import time
@@ -71,6 +72,8 @@ _STATEMENT_SLACK = 64 * 1024
 #: sessions' lock wait, mysql_pool.lock_wait_seconds): the calls on that queue queue up behind
 #: a waiting DDL, so its wait is kept short; a DDL that gives up fails with a QueueBusy
 DDL_LOCK_WAIT = 2
+#: seconds a FIFO dequeue waits for its queue's named lock (backends/sql_fifo.py)
+FIFO_LOCK_WAIT = 2
 _PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9]{0,15}", re.ASCII)
 #: a column or index another server added first (see _add_reserve_columns)
 _DUPLICATE = re.compile(r"MySQL error 106[01]\b")
@@ -444,6 +447,65 @@ class MySQLShard(SQLShard):
     def _write(self):
         return self._transaction(read_only=False)
 
+    @contextmanager
+    def _fifo_transaction(self, queue: str) -> Iterator[Any]:
+        """A FIFO dequeue's write transaction (backends/sql_fifo.py) inside the queue's named
+        lock (GET_LOCK, per MySQL instance): taken on the transaction's own connection before
+        it begins, released after it committed (or failed), so the next holder, on any server,
+        reads what this one wrote. The server frees the lock of a session that dies. A lock
+        not obtained within FIFO_LOCK_WAIT seconds is a QueueBusy (retried above). Missing job
+        tables are created as for any call (`_transaction`)."""
+        try:
+            with self._fifo_locked(queue) as cur:
+                yield cur
+        except QueueNotFound as exc:
+            if self._create_missing_tables(exc.queue):
+                raise QueueBusy(
+                    self.name, f"created missing job tables of queue {exc.queue!r}; retry"
+                ) from exc
+            raise
+
+    @contextmanager
+    def _fifo_locked(self, queue: str) -> Iterator[Any]:
+        """`_fifo_transaction` without the repair of missing tables."""
+        name = fifo_lock_name(self.database(queue))
+        with self._connection() as conn:
+            cur = conn.cursor()
+            try:
+                cur.execute("SELECT GET_LOCK(%s, %s)", (name, FIFO_LOCK_WAIT))
+                if cur.fetchone()[0] != 1:
+                    raise QueueBusy(self.name, f"FIFO lock of queue {queue!r} is busy; retry")
+            except pymysql.err.Error as exc:
+                raise self._translate(exc) from exc
+            finally:
+                cur.close()
+            try:
+                with self._transaction_on(conn) as tx:
+                    yield tx
+            finally:
+                _release_lock(conn, name)
+
+    @contextmanager
+    def _transaction_on(self, conn: Any) -> Iterator[Any]:
+        """A write transaction on `conn` (as `_connected_transaction`, on a held connection)."""
+        cur = conn.cursor()
+        try:
+            conn.begin()
+            with cur.no_failover():
+                yield cur
+            commit(conn)
+        except pymysql.err.Error as exc:
+            end_failed(conn)
+            raise self._translate(exc) from exc
+        except BaseException:
+            end_failed(conn)
+            raise
+        finally:
+            cur.close()
+
+    def _fifo_row_lock(self) -> str:
+        return "FOR UPDATE"
+
     def _read(self):
         return self._transaction(read_only=True)
 
@@ -744,3 +806,24 @@ def _packet_chunks(rows: list[dict[str, Any]], budget: int) -> Iterator[list[dic
         size += row_size
     if chunk:
         yield chunk
+
+
+def fifo_lock_name(database: str) -> str:
+    """The named lock of a FIFO queue's dequeues: one per queue database (so per shard and
+    queue), short enough for any server (MySQL allows 64 characters)."""
+    digest = hashlib.blake2b(database.encode("utf-8"), digest_size=12).hexdigest()
+    return f"pinlater_fifo_{digest}"
+
+
+def _release_lock(conn: Any, name: str) -> None:
+    """RELEASE_LOCK on `conn`; a connection that failed has lost the lock with its session
+    (and is dropped by the pool), so an error here is ignored."""
+    try:
+        cur = conn.cursor()
+        try:
+            cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+            cur.fetchall()
+        finally:
+            cur.close()
+    except Exception:  # noqa: BLE001 - see the docstring
+        pass

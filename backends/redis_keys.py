@@ -12,6 +12,10 @@ key starts with the shard name):
                                                are validated printable ASCII, hash fields)
     pl:<shard>:q:<queue>:p<n>:seq       STRING id counter of priority n (INCR); local ids are
                                                unique per queue, shard and priority
+    pl:<shard>:q:<queue>:p<n>:fh        STRING a FIFO queue's mark (dequeue_fifo.lua): every
+                                               id below it is gone, SUCCEEDED or FAILED
+                                               (retry_failed.lua lowers it); no other
+                                               queue has one
     pl:<shard>:q:<queue>:p<n>:b         HASH   id19 -> body (bytes)
     pl:<shard>:q:<queue>:p<n>:m         HASH   id19 -> meta 's|aa|ar|ca|ra|ua|cl': state
                                                (0..3), attempts allowed/remaining, created_at,

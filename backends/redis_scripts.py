@@ -50,6 +50,7 @@ class Scripts:
     enqueue: Script
     enqueue_keyed: Script
     dequeue: Script
+    dequeue_fifo: Script
     ack: Script
     checkpoint: Script
     lookup: Script

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backends import sql_fifo
 from pinlater.storage.acks import AckGroup, AckOutcome, group_acks
 from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
 from pinlater.storage.contract import (
@@ -56,7 +57,11 @@ from pinlater.storage.contract import (
     Shard,
 )
 from pinlater.storage.errors import QueueBusy, QueueNotFound, ShardError
-from pinlater.storage.leases import check_lease
+from pinlater.storage.leases import (
+    LEASE_FORGOTTEN_AFTER_MS,
+    LEASES_FORGOTTEN_PER_CALL,
+    check_lease,
+)
 from pinlater.storage.ledger import COUNTERS, LedgerBook, book_from, deltas
 from pinlater.storage.models import (
     AGED_STATES,
@@ -624,6 +629,26 @@ class SQLShard(Shard):
                 self._require_queue(cur, queue)
         return changed
 
+    def dequeue_fifo(
+        self,
+        queue: str,
+        limit: int,
+        in_flight_cap: int,
+        claim: str | None,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        return sql_fifo.dequeue_fifo(self, queue, limit, in_flight_cap, claim, budget)
+
+    def _fifo_transaction(self, queue: str) -> AbstractContextManager[Any]:
+        """The write transaction of a FIFO dequeue, atomic against every other one of `queue`
+        (backends/sql_fifo.py); the default suits a storage with one writer at a time."""
+        return self._write()
+
+    def _fifo_row_lock(self) -> str:
+        """The lock clause of a FIFO dequeue's head select (none where the transaction holds
+        the database)."""
+        return ""
+
     def next_due_ms(self, queue: str) -> int | None:
         """One read snapshot: the shard clock, then `next_due` per priority table."""
         earliest = None
@@ -649,7 +674,12 @@ class SQLShard(Shard):
         return self._run(cur, "dequeue_select", table, params, clocked, lock).fetchall()
 
     def _claim(
-        self, cur: Any, table: tuple[str, ...], rows: Sequence, claim: str, hold_ms: int | None
+        self,
+        cur: Any,
+        table: tuple[str, ...],
+        rows: Sequence,
+        claim: str,
+        hold_ms: int | None = None,
     ) -> None:
         """Claim the selected (locked) `rows` for `claim`, reserved for `hold_ms` if given."""
         if not rows:
@@ -1118,9 +1148,12 @@ class SQLShard(Shard):
         if prefix:
             check_lease(prefix)
         self._ensure_leases()
-        with self._read() as cur:
+        with self._write() as cur:
+            now = self._tx_now(cur)
+            stale = {"stale": now - LEASE_FORGOTTEN_AFTER_MS, "limit": LEASES_FORGOTTEN_PER_CALL}
+            self._run(cur, "lease_prune", self.lease_table, stale)
             params = {
-                "now": self._tx_now(cur),
+                "now": now,
                 "prefix": prefix,
                 "prefix_length": len(prefix),
                 "limit": MAX_LEASES_LISTED,

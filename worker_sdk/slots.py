@@ -67,12 +67,20 @@ class SlotController:
 
     def handler_finished(self, seconds: float) -> None:
         """A handler ran for `seconds`."""
-        seconds = max(seconds, 0.0)
-        self._last_handler = seconds
+        self.handlers_finished(1, seconds, seconds)
+
+    def handlers_finished(self, count: int, total: float, slowest: float) -> None:
+        """`count` handlers ran for `total` seconds together, the slowest for `slowest` (the
+        Worker reports fast jobs in groups): the mean moves as if each had been reported, and
+        the slowest of the group counts as the last completion."""
+        if count < 1:
+            return
+        mean, self._last_handler = max(total / count, 0.0), max(slowest, 0.0)
         if self._handler_mean is None:
-            self._handler_mean = seconds
+            self._handler_mean = mean
         else:
-            self._handler_mean += SMOOTHING * (seconds - self._handler_mean)
+            weight = 1.0 - (1.0 - SMOOTHING) ** count
+            self._handler_mean += weight * (mean - self._handler_mean)
 
     def jobs_received(self, count: int, body_bytes: int) -> None:
         """A dequeue brought `count` jobs whose bodies total `body_bytes`."""

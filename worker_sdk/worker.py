@@ -69,6 +69,7 @@ import random
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -84,6 +85,13 @@ log = logging.getLogger("worker_sdk.worker")
 
 Handler = Callable[[JobContext], object]
 MAX_ACKS_PER_CALL = 1000  # well under the server's limits.max_jobs_per_request
+#: a handler thread records its finished jobs under the worker's lock ("publishes" them) after
+#: this many, before it would wait for a job, or after a job that took PUBLISH_SLOW seconds
+PUBLISH_EVERY = 64
+PUBLISH_SLOW = 0.001
+#: while jobs are in hand the loop publishes at least this often (a thread that went on to a
+#: long job after fast ones leaves their acks to it)
+PUBLISH_INTERVAL = 0.02
 
 
 @dataclass
@@ -199,6 +207,8 @@ class Worker:
         self._done = threading.Event()
         self._tasks: queue_module.SimpleQueue = queue_module.SimpleQueue()
         self._running: dict[str, JobContext] = {}
+        #: (context, ack, ok, seconds) of finished jobs not yet published; lock-free appends
+        self._finished: deque[tuple[JobContext, AckInfo | None, bool, float]] = deque()
         self._acks_ok: list[AckInfo] = []
         self._acks_failed: list[AckInfo] = []
         self._first_ack_at: float | None = None
@@ -308,6 +318,7 @@ class Worker:
 
     def stats(self) -> WorkerStats:
         with self._cond:
+            self._publish_locked()
             snapshot = WorkerStats(
                 **{
                     k: getattr(self._stats, k)
@@ -362,6 +373,7 @@ class Worker:
         """Wait (lock held) until a dequeue (of how many jobs) or an ack flush is due, or we are
         stopping."""
         while not self._stopping.is_set():
+            self._publish_locked()
             now = time.monotonic()
             size = self._dequeue_size(now)
             if size > 0 and now >= self._next_dequeue:
@@ -371,7 +383,8 @@ class Worker:
                 return "flush", 0
             wake = [t for t in (self._next_dequeue if size > 0 else None, ack_at) if t is not None]
             self._loop_waiting = True
-            self._cond.wait(min(min(wake) - now, 1.0) if wake else 1.0)
+            cap = PUBLISH_INTERVAL if self._running else 1.0
+            self._cond.wait(min(min(wake) - now, cap) if wake else cap)
             self._loop_waiting = False
         return "stop", 0
 
@@ -506,29 +519,57 @@ class Worker:
     # ---- handler threads ----
 
     def _work(self, slot: int) -> None:
+        """Run jobs; finished ones are appended to `_finished` without the lock and published
+        in groups (one lock round per job cost more than a no-op job itself)."""
+        finished = self._finished
         while True:
-            context = self._tasks.get()
+            context = self._next_task()
             if context is None:
+                self._publish()
                 return
             if self._done.is_set():
                 continue  # past the shutdown deadline: leave it to the claim timeout
             started = self._job_started[slot] = time.monotonic()
             ack, ok = self._execute(context)
-            finished = time.monotonic()
+            seconds = time.monotonic() - started
             self._job_started[slot] = 0.0
-            with self._cond:
-                self._running.pop(context.descriptor, None)
-                first_ack = self._first_ack_at is None
-                self._add_ack(ack, ok)
-                self._slots.handler_finished(finished - started)
-                if context.released:
-                    self._stats.rescheduled += 1
-                elif ok:
-                    self._stats.succeeded += 1
-                else:
-                    self._stats.failed += 1
-                if self._worth_waking(finished, first_ack and ack is not None):
+            finished.append((context, ack, ok, seconds))
+            if seconds >= PUBLISH_SLOW or len(finished) >= PUBLISH_EVERY:
+                self._publish()
+
+    def _next_task(self) -> JobContext | None:
+        """The next job (None: exit); finished jobs are published before waiting for one."""
+        if self._finished:
+            try:
+                return self._tasks.get_nowait()
+            except queue_module.Empty:
+                self._publish()
+        return self._tasks.get()
+
+    def _publish(self) -> None:
+        with self._cond:
+            had_acks = self._first_ack_at is not None
+            if self._publish_locked():
+                first_ack = not had_acks and self._first_ack_at is not None
+                if self._worth_waking(time.monotonic(), first_ack):
                     self._cond.notify_all()
+
+    def _publish_locked(self) -> int:
+        """Lock held: record the finished jobs (acks, counters, handler times); how many."""
+        count, total, slowest = 0, 0.0, 0.0
+        while self._finished:
+            context, ack, ok, seconds = self._finished.popleft()
+            count, total, slowest = count + 1, total + seconds, max(slowest, seconds)
+            self._running.pop(context.descriptor, None)
+            self._add_ack(ack, ok)
+            if context.released:
+                self._stats.rescheduled += 1
+            elif ok:
+                self._stats.succeeded += 1
+            else:
+                self._stats.failed += 1
+        self._slots.handlers_finished(count, total, slowest)
+        return count
 
     def _worth_waking(self, now: float, first_ack: bool) -> bool:
         """Lock held, after a job finished: whether a waiting thread may now have work (the
@@ -549,7 +590,8 @@ class Worker:
             return self._failure(job, exc), False
         if job.released:
             return None, True
-        log.debug("job %s succeeded (attempt %d)", job.descriptor, job.attempt)
+        if log.isEnabledFor(logging.DEBUG):  # not job.attempt's cost per job otherwise
+            log.debug("job %s succeeded (attempt %d)", job.descriptor, job.attempt)
         status = result if isinstance(result, str) else ""
         return AckInfo(job.descriptor, claim=job.claim, append_status=self._truncate(status)), True
 
@@ -663,6 +705,7 @@ class Worker:
         while True:
             with self._cond:
                 while True:
+                    self._publish_locked()
                     now = time.monotonic()
                     ack_at = self._ack_due()
                     if now >= deadline or (ack_at is None and not wait_for_handlers):
@@ -672,7 +715,7 @@ class Worker:
                     if ack_at is not None and now >= ack_at:
                         break
                     until = deadline if ack_at is None else min(ack_at, deadline)
-                    self._cond.wait(min(until - now, 1.0))
+                    self._cond.wait(min(until - now, PUBLISH_INTERVAL if self._running else 1.0))
                 acks = self._take_acks()
             self._send_acks(acks)
 

@@ -85,7 +85,7 @@ local function pl_ua_index(qprefix, prio, state)
   return qprefix .. ':p' .. prio .. ':ua' .. state
 end
 
--- The reservations of one priority (prefetching broker, semantics.md F-...): ZSET id19 ->
+-- The reservations of one priority (prefetching broker, semantics.md S-...): ZSET id19 ->
 -- deadline ms. A reserved job is IN_PROGRESS (in ra1, its meta's claim the prefetch claim)
 -- but has no ua1 entry: the claim timeout does not apply to it, only its deadline.
 local function pl_rsv_index(qprefix, prio)

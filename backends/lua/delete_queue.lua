@@ -6,7 +6,7 @@
 -- ARGV[2] queue key prefix pl:<shard>:q:<queue>
 -- ARGV[3] highest priority configured now (the registry may remember a higher one)
 -- The unique keys :uk :ux, the ledger :ledger (a queue created again starts with empty books), and per priority the column hashes :b :m :c, ra0..ra3, ua1..ua3,
--- the reservations :rsv and seq. The keys are few (3, and 12 per priority, whatever the number of jobs) and UNLINK
+-- seq, the FIFO mark fh and the reservations :rsv. The keys are few (3, and 13 per priority, whatever the number of jobs) and UNLINK
 -- frees large values in Redis's
 -- background thread, so even a queue of millions of jobs blocks Redis only briefly.
 -- Returns the number of keys removed.
@@ -18,7 +18,7 @@ local removed = redis.call('UNLINK', qprefix .. ':uk', qprefix .. ':ux', qprefix
 for prio = 1, top do
   local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
   local doomed = {bkey, mkey, ckey, pl_prio_prefix(qprefix, prio) .. ':seq',
-    pl_rsv_index(qprefix, prio)}
+    pl_prio_prefix(qprefix, prio) .. ':fh', pl_rsv_index(qprefix, prio)}
   for state = 0, 3 do
     local st = tostring(state)
     doomed[#doomed + 1] = pl_ra_index(qprefix, prio, st)

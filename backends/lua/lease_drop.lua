@@ -1,5 +1,5 @@
 #!lua
--- lease_drop: give up a lease held by the owner, expired or not (semantics.md F-leases).
+-- lease_drop: give up a lease held by the owner, expired or not (semantics.md S-leases).
 -- KEYS[1] registry HASH pl:<shard>:queues (unused; every script names it)
 -- ARGV[1] leases HASH pl:<shard>:leases (see lease_take.lua), ARGV[2] name, ARGV[3] owner
 -- Returns 1 when it removed the owner's lease, else 0.

@@ -1,5 +1,5 @@
 #!lua
--- lease_take: take or renew a lease of the prefetching broker (semantics.md F-leases).
+-- lease_take: take or renew a lease of the prefetching broker (semantics.md S-leases).
 -- KEYS[1] registry HASH pl:<shard>:queues (unused; every script names it)
 -- ARGV[1] leases HASH pl:<shard>:leases, name -> '<expires_at ms>|<owner>'
 -- ARGV[2] lease name, ARGV[3] owner (validated printable ASCII, pinlater/storage/leases.py)

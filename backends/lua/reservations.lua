@@ -1,5 +1,5 @@
 #!lua
--- reservations: end reservations of a prefetching broker (semantics.md F-hand-out, F-release):
+-- reservations: end reservations of a prefetching broker (semantics.md S-hand-out, S-release):
 -- hand them out (ordinary claims from now) or release them (back to PENDING, nothing used).
 -- KEYS[1] registry HASH pl:<shard>:queues
 -- ARGV[1] queue name

@@ -59,7 +59,7 @@ class JanitorCounts:
 
     reclaimed_to_pending: int = 0
     reclaimed_to_failed: int = 0
-    #: a dead broker's expired reservations returned to PENDING (semantics.md F-reserve-expiry)
+    #: a dead broker's expired reservations returned to PENDING (semantics.md S-reserve-expiry)
     reservations_returned: int = 0
     purged_succeeded: int = 0
     purged_failed: int = 0
@@ -274,7 +274,7 @@ class Janitor:
 
 def _reserve_due(stats: QueueStats, priority: int) -> bool:
     """A prefetching broker's reservation at `priority` has passed its deadline (a broker
-    that died with it; semantics.md F-reserve-expiry)."""
+    that died with it; semantics.md S-reserve-expiry)."""
     deadline = stats.first_reserve_expiry.get(priority)
     return deadline is not None and deadline < stats.now_ms
 

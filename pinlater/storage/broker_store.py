@@ -2,7 +2,7 @@
 layer: the `Shard` primitives (`prefetch`, `hand_out`, `release`, leases) called through
 `ShardedBackend.call` (retries, health), with descriptors for what is prefetched and the
 partition marked as holding jobs again when some return to PENDING. The rules are in
-docs/semantics.md (`F-...`); the broker itself (buffers, lease spreading) lives above.
+docs/semantics.md (`S-...`); the broker itself (buffers, lease spreading) lives above.
 
 Where leases live: a partition's lease in the partition's shard (`partition_lease`), so its
 owner is decided where its jobs are; server heartbeats on the first shard of the map (as the

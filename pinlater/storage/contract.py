@@ -201,7 +201,7 @@ class Shard(abc.ABC):
         With a `budget`, only the leading jobs that fit it (`ByteBudget.fitting`) are claimed
         and returned; the rest stay as they were, and bodies of jobs left out are not read."""
 
-    # ---- prefetching broker (docs/semantics.md `F-...`) ----
+    # ---- prefetching broker (docs/semantics.md `S-...`) ----
     @abc.abstractmethod
     def prefetch(
         self,
@@ -246,6 +246,24 @@ class Shard(abc.ABC):
         were released. Counts nothing in the ledger (as a checkpoint to PENDING)."""
 
     @abc.abstractmethod
+    def dequeue_fifo(
+        self,
+        queue: str,
+        limit: int,
+        in_flight_cap: int,
+        claim: str | None,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        """A FIFO queue's dequeue (docs/semantics.md `F-...`), atomic against every other
+        dequeue_fifo of the queue on the shard, from any server: count the queue's IN_PROGRESS
+        jobs (every priority), and claim up to min(`limit`, `in_flight_cap` - that count)
+        heads, priority 1 first. A priority's heads are its PENDING jobs in local id (enqueue)
+        order, taken while due: the first one not due (a retry delay, a checkpoint, a delayed
+        enqueue) ends that priority, so nothing behind it is handed out. `claim` None is a dry
+        run (what a claim would take now, nothing changed); a `budget` stops the whole call at
+        the first job that does not fit. Jobs come back in priority, then id order."""
+
+    @abc.abstractmethod
     def next_due_ms(self, queue: str) -> int | None:
         """Milliseconds from the shard's now until its earliest PENDING job of `queue` (any
         priority) becomes eligible: 0 when one is eligible now, None when the queue holds no
@@ -272,6 +290,21 @@ class Shard(abc.ABC):
         have been applied (the caller applies them again: a repeated ack is a no-op)."""
         applied = self.ack(queue, succeeded, failed)
         return applied, self.dequeue(queue, priority, limit, claim, budget)
+
+    def ack_and_dequeue_fifo(
+        self,
+        queue: str,
+        succeeded: Sequence[Ack],
+        failed: Sequence[Ack],
+        limit: int,
+        in_flight_cap: int,
+        claim: str,
+        budget: ByteBudget | None = None,
+    ) -> tuple[int, list[DequeuedJob]]:
+        """Piggy-backed acks, then a FIFO dequeue, as `ack` then `dequeue_fifo` (so the acks
+        free their room under the cap first), as `ack_and_dequeue` is for `dequeue`."""
+        applied = self.ack(queue, succeeded, failed)
+        return applied, self.dequeue_fifo(queue, limit, in_flight_cap, claim, budget)
 
     @abc.abstractmethod
     def checkpoint(self, queue: str, checkpoints: Sequence[Checkpoint]) -> int:
@@ -398,8 +431,10 @@ class Shard(abc.ABC):
     @abc.abstractmethod
     def live_leases(self, prefix: str) -> dict[str, str]:
         """name -> owner of every unexpired lease whose name starts with `prefix` (a server
-        heartbeat is a lease of its own, so this also tells which servers are alive). One
-        read; at most MAX_LEASES_LISTED leases."""
+        heartbeat is a lease of its own, so this also tells which servers are alive); at
+        most MAX_LEASES_LISTED leases. One transaction (script call), which also forgets a
+        few leases expired for a day (`pinlater.storage.leases`), so per-process heartbeats
+        do not pile up over restarts."""
 
     # ---- runtime queue settings (one document, kept on the first shard of the map) ----
     @abc.abstractmethod

@@ -17,6 +17,11 @@ MAX_LEASE_NAME = 200
 MAX_LEASE_OWNER = 200
 #: the longest a lease may be taken for (a day): a lease is renewed, never held for good
 MAX_LEASE_TTL_MS = 86_400_000
+#: `Shard.live_leases` forgets leases expired this long (a day) ...
+LEASE_FORGOTTEN_AFTER_MS = 86_400_000
+#: ... at most this many per call (a server's heartbeat is a lease per process: without it
+#: the leases of restarted servers would pile up, one per restart)
+LEASES_FORGOTTEN_PER_CALL = 100
 _PRINTABLE = re.compile(r"[!-~]+", re.ASCII)
 
 

@@ -113,6 +113,29 @@ _SET_ACK = tuple(getattr(Ack, name).__set__ for name in Ack.__slots__)
 
 
 _SET_DEQUEUED = tuple(getattr(DequeuedJob, name).__set__ for name in DequeuedJob.__slots__)
+_SET_NEW_JOB = tuple(getattr(NewJob, name).__set__ for name in NewJob.__slots__)
+
+
+def new_job(
+    body: bytes,
+    priority: int,
+    run_after_ms: int | None,
+    attempts_allowed: int,
+    custom_status: str,
+    unique_key: str | None,
+) -> NewJob:
+    """`NewJob(...)` of already valid values, built by setting its slots directly (as
+    new_ack): the handler builds one per enqueued job, and the frozen dataclass `__init__`
+    took ~0.8 us of the server's ~11 us per job on a Redis enqueue."""
+    job = _NEW(NewJob)
+    set_body, set_priority, set_run_after, set_attempts, set_status, set_key = _SET_NEW_JOB
+    set_body(job, body)
+    set_priority(job, priority)
+    set_run_after(job, run_after_ms)
+    set_attempts(job, attempts_allowed)
+    set_status(job, custom_status)
+    set_key(job, unique_key)
+    return job
 
 
 def new_dequeued_job(

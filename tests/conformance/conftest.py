@@ -25,6 +25,10 @@ FLAVOURS = {
     "mysql": ("tests.support.mysql_env", "start"),
     "redis": ("tests.support.redis_env", "start"),
     "mysql8": ("tests.support.mysql8_container_env", "start"),
+    # one App over two clusters (Redis "hot", MySQL "durable"): the tests' queues go to the
+    # default cluster through the router, so the suite runs once per cluster
+    "clusters_redis": ("tests.support.clusters_env", "start_redis_default"),
+    "clusters_mysql": ("tests.support.clusters_env", "start_mysql_default"),
     # the prefetching broker on for every queue (issue 15 item 3): the same suite must pass
     "sqlite_broker": ("tests.support.sqlite_env", "start_sharded"),
     "redis_broker": ("tests.support.redis_env", "start"),
@@ -46,7 +50,7 @@ def _available_flavours() -> list[str]:
     """Every backend; MySQL 8 in a container only on request (it needs a Docker engine).
     A backend whose service is missing fails under CI and skips loudly elsewhere. The broker
     flavours only on request (PINLATER_TEST_BROKER=1) for now: storage reads show a broker's
-    reservation as IN_PROGRESS (semantics.md F-prefetch), so tests that read a job right after
+    reservation as IN_PROGRESS (semantics.md S-prefetch), so tests that read a job right after
     it went back to PENDING (a failure ack, a reclaim) may find it reserved again by a refill,
     and the ledger counts a re-prefetched job as dequeued twice: 9 of 207 tests failed on
     sqlite_broker, 14 on redis_broker, 15 on mysql_broker, reads of that kind (see the
@@ -69,10 +73,15 @@ def conformance_app(flavour, tmp_path_factory):
     start = getattr(importlib.import_module(module), factory)
     with contextlib.ExitStack() as stack:
         env = stack.enter_context(start(tmp_path_factory.mktemp(flavour)))
+        sections = (
+            env.config_sections()
+            if hasattr(env, "config_sections")
+            else {"backend": env.backend_section()}
+        )
         config = load_config(
             env=_no_env(),
             overrides={
-                "backend": env.backend_section(),
+                **sections,
                 "admin": {
                     "password_hash": hash_password(ADMIN_PASSWORD, iterations=1000),
                     # tests delete queues in loops; the hashing cap is pinned elsewhere

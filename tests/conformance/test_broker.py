@@ -21,7 +21,7 @@ PENDING, IN_PROGRESS, SUCCEEDED = 0, 1, 2
 def brokered(api, queue):
     app = api.app
     if app.store.broker is None:
-        pytest.skip("this backend has no prefetch primitives (Shard.prefetch) yet")
+        pytest.skip("the broker is off here: no prefetch primitives (Shard.prefetch), or clusters")
     app.settings.change(queue, {"prefetch": PREFETCH}, "conformance")
     app.start_broker()
     yield queue
@@ -95,7 +95,7 @@ def test_a_buffered_job_is_handed_out_under_the_dequeue_claim(api, brokered):
     third, _ = one(api.dequeue(queue, 1, ack=ack))
     info = api.job(second, include_body=False)
     # the piggy-backed failure applied: one attempt used, the claim gone (PENDING, or already
-    # reserved again by a refill: reads show a reservation as IN_PROGRESS, F-prefetch)
+    # reserved again by a refill: reads show a reservation as IN_PROGRESS, S-prefetch)
     assert info.attemptsRemaining == 2 and info.claimDescriptor != claim, info
     assert third != second and served_now(api) - before == 3
 

@@ -37,7 +37,7 @@ def pairs(reserved) -> dict[str, list[tuple[int, str]]]:
     return by_shard
 
 
-@pytest.mark.rule("F-prefetch")
+@pytest.mark.rule("S-prefetch")
 def test_reserved_jobs_are_in_progress_and_no_dequeue_takes_them(api, queue, broker):
     descriptors = api.enqueue(queue, *[{"body": b"x", "numAttemptsAllowed": 2}] * 3)
     reserved = prefetch_all(api, broker, queue)
@@ -49,7 +49,7 @@ def test_reserved_jobs_are_in_progress_and_no_dequeue_takes_them(api, queue, bro
         assert (info.jobState, info.claimDescriptor, info.attemptsRemaining) == (1, job.claim, 2)
 
 
-@pytest.mark.rule("F-hand-out", "F-reserved-ack")
+@pytest.mark.rule("S-hand-out", "S-reserved-ack")
 def test_handed_out_and_reserved_jobs_are_acked_like_dequeued_ones(api, queue, broker):
     first, second = api.enqueue(queue, b"a", b"b")
     reserved = dict((str(d), (d, job)) for d, job in prefetch_all(api, broker, queue))
@@ -64,7 +64,7 @@ def test_handed_out_and_reserved_jobs_are_acked_like_dequeued_ones(api, queue, b
     assert broker.hand_out(queue, other.shard, 1, [(other_job.local_id, other_job.claim)]) == 0
 
 
-@pytest.mark.rule("F-hand-out", "T-claim-expiry")
+@pytest.mark.rule("S-hand-out", "T-claim-expiry")
 def test_the_claim_timeout_counts_from_hand_out(api, queue, broker):
     [descriptor] = api.enqueue(queue, {"body": b"x", "numAttemptsAllowed": 2})
     [(found, job)] = prefetch_all(api, broker, queue, hold_ms=3_600_000)
@@ -77,7 +77,7 @@ def test_the_claim_timeout_counts_from_hand_out(api, queue, broker):
     assert api.job(descriptor).attemptsRemaining == 1
 
 
-@pytest.mark.rule("F-release")
+@pytest.mark.rule("S-release")
 def test_released_jobs_are_pending_at_once_with_nothing_used(api, queue, broker):
     descriptors = api.enqueue(queue, *[{"body": b"x", "numAttemptsAllowed": 1}] * 2)
     reserved = prefetch_all(api, broker, queue)
@@ -88,7 +88,7 @@ def test_released_jobs_are_pending_at_once_with_nothing_used(api, queue, broker)
     assert {api.job(d).attemptsRemaining for d in descriptors} == {1}
 
 
-@pytest.mark.rule("F-reserve-expiry")
+@pytest.mark.rule("S-reserve-expiry")
 def test_the_janitor_returns_a_dead_brokers_reservations_using_no_attempt(api, queue, broker):
     descriptors = api.enqueue(queue, *[{"body": b"x", "numAttemptsAllowed": 1}] * 3)
     reserved = prefetch_all(api, broker, queue)
@@ -105,7 +105,7 @@ def test_the_janitor_returns_a_dead_brokers_reservations_using_no_attempt(api, q
     assert sorted(api.dequeue(queue, 10).jobs) == sorted(descriptors)
 
 
-@pytest.mark.rule("F-leases")
+@pytest.mark.rule("S-leases")
 def test_a_partition_lease_has_one_owner_and_servers_see_each_other(api, queue, broker):
     shard = api.store.shard_names()[-1]
     name = partition_lease(queue)

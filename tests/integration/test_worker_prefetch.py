@@ -9,34 +9,12 @@ import time
 
 import pytest
 
-from tests.integration.worker_handlers import wait_for
+from tests.integration.worker_handlers import CountingClient, wait_for
 from tests.support.server_process import ServerProcess
-from worker_sdk import JobState, PinLaterClient, Worker
+from worker_sdk import JobState, Worker
 from worker_sdk.slots import MAX_DEQUEUES
 
 pytestmark = pytest.mark.backend("sqlite")
-
-
-class CountingClient(PinLaterClient):
-    """Counts dequeue calls, the jobs asked for and the most calls in flight at once."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.asked: list[int] = []
-        self.most_at_once = 0
-        self._at_once = 0
-        self._lock = threading.Lock()
-
-    def dequeue(self, queue, limit, acks=None, **kwargs):
-        with self._lock:
-            self.asked.append(limit)
-            self._at_once += 1
-            self.most_at_once = max(self.most_at_once, self._at_once)
-        try:
-            return super().dequeue(queue, limit, acks, **kwargs)
-        finally:
-            with self._lock:
-                self._at_once -= 1
 
 
 @pytest.fixture(scope="module")

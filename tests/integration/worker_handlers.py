@@ -1,4 +1,4 @@
-"""Handlers and a process helper for the worker fault tests (not a test module).
+"""Handlers and helpers for the worker tests (not a test module).
 
 `record` is a handler for `python -m worker_sdk.worker_cli --handler
 tests.integration.worker_handlers:record`. It appends one JSON line per event to the file named
@@ -15,11 +15,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from tests.support.server_process import REPO_ROOT
-from worker_sdk import FailJob, JobContext
+from worker_sdk import FailJob, JobContext, PinLaterClient
 
 
 def record(job: JobContext) -> None:
@@ -160,3 +161,25 @@ class WorkerProcess:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+class CountingClient(PinLaterClient):
+    """Counts dequeue calls, the jobs asked for and the most calls in flight at once."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.asked: list[int] = []
+        self.most_at_once = 0
+        self._at_once = 0
+        self._lock = threading.Lock()
+
+    def dequeue(self, queue, limit, acks=None, **kwargs):
+        with self._lock:
+            self.asked.append(limit)
+            self._at_once += 1
+            self.most_at_once = max(self.most_at_once, self._at_once)
+        try:
+            return super().dequeue(queue, limit, acks, **kwargs)
+        finally:
+            with self._lock:
+                self._at_once -= 1

@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pymysql
 import pytest
@@ -23,8 +24,10 @@ from pinlater.errors import QueueNotFound
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
+from pinlater.storage.leases import LEASE_FORGOTTEN_AFTER_MS, LEASES_FORGOTTEN_PER_CALL
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.shard_kit import MAIN, OTHER, Capabilities, Storage, exercise
+from pinlater.storage.shard_kit.races import run_threads
 from tests.faults.proxy import FaultProxy
 from tests.support import mysql_env
 
@@ -133,6 +136,17 @@ def test_janitor_statements_use_the_updated_at_index(shard, queue, name, params)
     assert "filesort" not in (rows[0]["Extra"] or "").lower()
 
 
+def test_the_return_of_expired_reservations_walks_the_reserved_index(shard, queue):
+    """reclaim_reserved reads reservations alone (the `reserved` index), never every claim of
+    the table sorted (the planner took `updated` with a filesort without the hint)."""
+    enqueue(shard, queue, *[b"x"] * 50)
+    shard.prefetch(queue, 1, 1, new_claim(SOURCE), 60_000)
+    sql = shard._sql("reclaim_reserved", shard._job_table(None, queue, 1))
+    rows = explain(shard, sql, {"now": shard.now_ms(), "limit": 10})
+    assert rows[0]["key"] == "reserved"
+    assert "filesort" not in (rows[0]["Extra"] or "").lower()
+
+
 # ---------------------------------------------------------------- concurrency
 
 
@@ -200,23 +214,14 @@ def test_without_skip_locked_the_update_limit_fallback_still_claims_each_job_onc
 def test_enqueue_ids_match_their_jobs_under_concurrent_batches(shard, queue, capability):
     force_capabilities(shard, **capability)
     results: list[tuple[list[int], list[bytes]]] = []
-    errors: list[Exception] = []
 
     def producer(worker):
-        try:
-            for batch in range(10):
-                bodies = [b"w%d-b%d-%d" % (worker, batch, i) for i in range(37)]
-                jobs = [NewJob(body=b, priority=1 + i % 2) for i, b in enumerate(bodies)]
-                results.append((shard.enqueue(queue, jobs), bodies))
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
+        for batch in range(10):
+            bodies = [b"w%d-b%d-%d" % (worker, batch, i) for i in range(37)]
+            jobs = [NewJob(body=b, priority=1 + i % 2) for i, b in enumerate(bodies)]
+            results.append((shard.enqueue(queue, jobs), bodies))
 
-    threads = [threading.Thread(target=producer, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert errors == []
+    run_threads([partial(producer, w) for w in range(4)], timeout=60)
     seen = set()
     for ids, bodies in results:
         refs = [(1 + i % 2, local_id) for i, local_id in enumerate(ids)]
@@ -818,3 +823,56 @@ def test_binlog_settings_are_judged():
     assert (
         "max_allowed_packet" in durability_problems("1", 1, False, 0, "MIXED", 1 << 20, 1 << 20)[0]
     )
+
+
+def test_fifo_dequeue_waits_for_the_queues_named_lock_and_releases_its_own(
+    shard, queue, server, monkeypatch
+):
+    """Another session (another server) holding the queue's FIFO lock makes a FIFO dequeue
+    wait, then fail as QueueBusy (retried above), claiming nothing; once it is free a dequeue
+    claims and gives the lock back (another session can take it at once)."""
+    import backends.mysql as mysql_module
+
+    monkeypatch.setattr(mysql_module, "FIFO_LOCK_WAIT", 0.2)
+    enqueue(shard, queue, b"a", b"b")
+    name = mysql_module.fifo_lock_name(shard.database(queue))
+    other = server.connect()
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT GET_LOCK(%s, 0)", (name,))
+            assert cur.fetchone()[0] == 1
+            started = time.monotonic()
+            with pytest.raises(QueueBusy):
+                shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE))
+            assert time.monotonic() - started >= 0.15
+            assert shard.count(queue, JobState.IN_PROGRESS, [1], False, 10, None) == 0
+            cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+            [job] = shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE))
+            assert job.local_id == 1
+            cur.execute("SELECT GET_LOCK(%s, 0)", (name,))
+            assert cur.fetchone()[0] == 1  # released by the dequeue's session
+            cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+    finally:
+        other.close()
+
+
+def test_live_leases_forgets_leases_expired_for_a_day(shard, server):
+    """Per-process heartbeats must not pile up: live_leases drops leases expired a day ago
+    (at most LEASES_FORGOTTEN_PER_CALL a call) and keeps the others, expired or not."""
+    db, table = shard.lease_table
+    server.query(f"DROP TABLE IF EXISTS `{db}`.`{table}`")
+    shard._leases_ready = False
+    for i in range(LEASES_FORGOTTEN_PER_CALL + 5):
+        assert shard.acquire_lease(f"server/old{i}", f"old{i}", 1000)
+    shard.clock_offset_ms += LEASE_FORGOTTEN_AFTER_MS + 2000
+    assert shard.acquire_lease("server/recent-expired", "r", 1)
+    assert shard.acquire_lease("server/live", "l", 60_000)
+    shard.clock_offset_ms += 10
+
+    def rows() -> int:
+        return int(server.query(f"SELECT COUNT(*) FROM `{db}`.`{table}`")[0][0])
+
+    assert shard.live_leases("server/") == {"server/live": "l"}
+    assert rows() == 2 + 5
+    assert shard.live_leases("") == {"server/live": "l"}
+    assert rows() == 2

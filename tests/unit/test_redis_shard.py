@@ -23,6 +23,7 @@ from pinlater.common.sections import ConfigError
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import ShardError, StorageFull
+from pinlater.storage.leases import LEASE_FORGOTTEN_AFTER_MS, LEASES_FORGOTTEN_PER_CALL
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.shard_kit import Capabilities, Storage, exercise
 from tests.support import redis_env
@@ -337,3 +338,21 @@ def test_a_queue_from_before_the_ledger_opens_its_books_with_its_jobs(shard):
     book = shard.ledger("q")
     assert (book.counters["enqueued"], book.counters["dequeued"]) == (3, 1)
     assert book.counters["deleted"] == 1 and book.present == 2 and book.balanced
+
+
+def test_live_leases_forgets_leases_expired_for_a_day(shard, server):
+    """Per-process heartbeats must not pile up: live_leases drops leases expired a day ago
+    (at most LEASES_FORGOTTEN_PER_CALL a call) and keeps the others, expired or not."""
+    for i in range(LEASES_FORGOTTEN_PER_CALL + 5):
+        assert shard.acquire_lease(f"server/old{i}", f"old{i}", 1000)
+    shard.clock_offset_ms += LEASE_FORGOTTEN_AFTER_MS + 2000
+    assert shard.acquire_lease("server/recent-expired", "r", 1)
+    assert shard.acquire_lease("server/live", "l", 60_000)
+    shard.clock_offset_ms += 10
+    key = redis_keys.lease_key(shard.name)
+    assert shard.live_leases("server/") == {"server/live": "l"}
+    with server.client() as client:
+        assert client.hlen(key) == 2 + 5
+    assert shard.live_leases("") == {"server/live": "l"}
+    with server.client() as client:
+        assert client.hlen(key) == 2

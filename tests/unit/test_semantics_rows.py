@@ -30,6 +30,7 @@ PREFIXES = {
     "D": "Dequeue order and limits",
     "W": "Long-poll dequeue",
     "R": "Prefetching broker: server",
+    "F": "FIFO queues",
     "B": "Bodies, statuses, times",
     "I": "Descriptors and ids",
     "L": "Lookup",
@@ -39,7 +40,7 @@ PREFIXES = {
     "P": "Periodic jobs",
     "A": "Ledger",
     "J": "Janitor",
-    "F": "Prefetching broker: storage",
+    "S": "Prefetching broker: storage",
     "X": "Concurrency",
 }
 _ID = r"[A-Z]-[a-z0-9]+(?:-[a-z0-9]+)*"

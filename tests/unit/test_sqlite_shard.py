@@ -17,6 +17,7 @@ from pinlater.app import load_config
 from pinlater.common.sections import ConfigError
 from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import QueueNotFound, ShardError
+from pinlater.storage.leases import LEASE_FORGOTTEN_AFTER_MS, LEASES_FORGOTTEN_PER_CALL
 from pinlater.storage.models import JobState, NewJob
 from pinlater.storage.shard_kit import Capabilities, Storage, exercise
 
@@ -330,3 +331,23 @@ def test_a_queue_from_before_the_ledger_opens_its_books_with_its_jobs(tmp_path, 
         assert again.ledger("old").counters["enqueued"] == 4 and again.ledger("old").balanced
     finally:
         again.close()
+
+
+def test_live_leases_forgets_leases_expired_for_a_day(shard):
+    """Per-process heartbeats must not pile up: live_leases drops leases expired a day ago
+    (at most LEASES_FORGOTTEN_PER_CALL a call) and keeps the others, expired or not."""
+    for i in range(LEASES_FORGOTTEN_PER_CALL + 5):
+        assert shard.acquire_lease(f"server/old{i}", f"old{i}", 1000)
+    shard.clock_offset_ms += LEASE_FORGOTTEN_AFTER_MS + 2000
+    assert shard.acquire_lease("server/recent-expired", "r", 1)
+    assert shard.acquire_lease("server/live", "l", 60_000)
+    shard.clock_offset_ms += 10
+
+    def rows() -> int:
+        with sqlite3.connect(shard.path) as conn:
+            return conn.execute("SELECT COUNT(*) FROM pinlater_leases").fetchone()[0]
+
+    assert shard.live_leases("server/") == {"server/live": "l"}
+    assert rows() == 2 + 5
+    assert shard.live_leases("") == {"server/live": "l"}
+    assert rows() == 2

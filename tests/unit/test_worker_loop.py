@@ -364,3 +364,47 @@ def test_each_outcome_is_logged_once_at_its_level(caplog):
             ("WARNING", "job q:s1:p1:5 attempt 1 failed: KeyError: 'x'; next attempt in 5s")
         ],
     }
+
+
+class LongPollClient(ScriptedClient):
+    """An empty dequeue is held for its wait (until `hang_up` is set), as a server holds it."""
+
+    def __init__(self, jobs=()):
+        super().__init__(jobs)
+        self.hang_up = threading.Event()
+
+    def dequeue(self, queue, limit, acks=None, wait_ms=0):
+        found = super().dequeue(queue, limit, acks, wait_ms)
+        if not found:
+            self.hang_up.wait(wait_ms / 1000)
+        return found
+
+
+def test_fast_jobs_acks_do_not_wait_for_a_long_job_their_thread_went_on_to():
+    """Handler threads record fast jobs in groups (worker_sdk.worker PUBLISH_EVERY); a thread
+    that goes on to a long job leaves its unrecorded predecessors to the loop, which records
+    them within PUBLISH_INTERVAL, so their acks go out while the long job runs (not after it,
+    nor after the loop's 1 s wait while the dequeues in flight long-poll)."""
+    client = LongPollClient(jobs(7))
+    release, long_started = threading.Event(), threading.Event()
+
+    def handler(job):
+        if job.descriptor.endswith(":6"):
+            long_started.set()
+            release.wait(10)
+
+    worker = fast(client, handler, concurrency=1, long_poll=3)
+    thread = worker.start()
+    try:
+        assert long_started.wait(5)
+        started = time.monotonic()
+        wait_for(lambda: len(client.delivered()[0]) == 6, 5)
+        assert time.monotonic() - started < 0.5
+        assert worker.stats().in_flight == 1  # the long job, still running
+        assert worker.stats().succeeded == 6
+    finally:
+        release.set()
+        client.hang_up.set()
+        worker.stop()
+        thread.join(10)
+    assert len(client.delivered()[0]) == 7

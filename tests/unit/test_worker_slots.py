@@ -64,6 +64,23 @@ def test_a_slow_completion_stops_the_prefetch_at_once_and_it_recovers_gradually(
     assert slots.limit() == 1004
 
 
+def test_a_group_of_completions_counts_as_its_jobs_one_by_one():
+    """The Worker reports fast jobs in groups: the mean moves as far as it would have job by
+    job (for equal times), and a slow job in the group stops the prefetch at once."""
+    one_by_one, grouped = SlotController(4), SlotController(4)
+    one_by_one.handler_finished(0.5)
+    grouped.handler_finished(0.5)
+    for _ in range(30):
+        one_by_one.handler_finished(0.001)
+    grouped.handlers_finished(30, 30 * 0.001, 0.001)
+    assert grouped.handler_seconds() == pytest.approx(one_by_one.handler_seconds())
+    assert grouped.limit() == one_by_one.limit() > 4
+    grouped.handlers_finished(64, 63 * 0.0001 + 2.0, 2.0)
+    assert grouped.limit() == 4
+    grouped.handlers_finished(0, 0.0, 0.0)  # an empty group changes nothing
+    assert grouped.limit() == 4
+
+
 def test_a_long_running_handler_stops_the_prefetch_before_it_finishes():
     slots = SlotController(4)
     slots.handler_finished(0.0001)

@@ -139,3 +139,20 @@ WHERE local_id IN ({ids}) AND +state = :state
 -- The earliest run_after of the table's PENDING jobs (NULL when none): one index seek on the
 -- (state, run_after, local_id) index. The long-poll watcher asks this instead of a dequeue.
 SELECT MIN(run_after) FROM {table} WHERE state = 0
+
+-- name: fifo_in_flight
+-- A FIFO queue's IN_PROGRESS jobs of one priority (backends/sql_fifo.py adds the priorities).
+SELECT COUNT(*) FROM {table} WHERE state = 1
+
+-- name: fifo_heads
+-- A FIFO queue's heads of one priority: its first :limit PENDING jobs in local id (enqueue)
+-- order, due or not (the first one not due ends the priority), the body only when at most
+-- :inline bytes long (its length always). {lock} is the dialect's FIFO row lock (MySQL: FOR
+-- UPDATE, never SKIP LOCKED: a head another transaction holds is waited for, not skipped).
+SELECT local_id, CASE WHEN LENGTH(body) <= :inline THEN body END AS body, LENGTH(body),
+       attempts_allowed, attempts_remaining, run_after
+FROM {table}
+WHERE state = 0
+ORDER BY local_id
+LIMIT :limit
+{lock}

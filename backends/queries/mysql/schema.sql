@@ -139,6 +139,11 @@ CREATE TABLE IF NOT EXISTS {table} (
     PRIMARY KEY (name)
 ) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin
 
+-- name: lease_prune
+-- Forget up to :limit leases that expired before :stale (live_leases runs it: a server's
+-- heartbeat is a lease per process, so without it the table grew by a row per restart).
+DELETE FROM {table} WHERE expires_at < :stale LIMIT :limit
+
 -- name: lease_take
 -- Take the lease, or renew it: only when it is free, expired or already :owner's. SET runs
 -- left to right: after the owner assignment, owner = :owner exactly when the lease is ours.

@@ -124,8 +124,9 @@ WHERE local_id IN ({ids}) AND state = 1 AND reserved_until IS NOT NULL
 -- name: reclaim_reserved
 -- Up to :limit reserved jobs whose deadline passed (a broker that died with them) back to
 -- PENDING with nothing used, as release_by_ids does; walks the `reserved` index, which holds
--- reservations alone (every other job's reserved_until is NULL).
-UPDATE {table}
+-- reservations alone (every other job's reserved_until is NULL). FORCE INDEX: with the state
+-- in the WHERE clause the planner may take `updated` and sort every claim of the table.
+UPDATE {table} FORCE INDEX (reserved)
 SET state = 0, claim = NULL, updated_at = :now, reserved_until = NULL
 WHERE reserved_until < :now AND state = 1
 ORDER BY reserved_until

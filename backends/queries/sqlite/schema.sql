@@ -43,6 +43,12 @@ CREATE TABLE IF NOT EXISTS pinlater_leases (
     expires_at INTEGER NOT NULL
 )
 
+-- name: lease_prune
+-- Forget up to :limit leases that expired before :stale (live_leases runs it: a server's
+-- heartbeat is a lease per process, so without it the table grew by a row per restart).
+DELETE FROM {table} WHERE name IN (
+    SELECT name FROM {table} WHERE expires_at < :stale LIMIT :limit)
+
 -- name: lease_take
 -- Take the lease, or renew it: only when it is free, expired or already :owner's.
 INSERT INTO {table} (name, owner, expires_at) VALUES (:name, :owner, :expires)

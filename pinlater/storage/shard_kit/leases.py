@@ -1,4 +1,4 @@
-"""Leases (docs/semantics.md `F-leases`): one owner at a time, renewed by its owner, free
+"""Leases (docs/semantics.md `S-leases`): one owner at a time, renewed by its owner, free
 again once expired or released by its owner alone; live_leases lists the unexpired ones by
 name prefix; every handle on the shard (another server) sees the same leases."""
 
@@ -12,7 +12,7 @@ from pinlater.storage.shard_kit.registry import check
 TTL_MS = 5000
 
 
-@check(rule="F-leases")
+@check(rule="S-leases")
 def a_lease_has_one_owner_until_it_expires(kit: Kit) -> None:
     other = kit.open()  # another server's handle on the same shard
     assert kit.shard.acquire_lease("part/q/1", "server-a", TTL_MS)
@@ -28,7 +28,7 @@ def a_lease_has_one_owner_until_it_expires(kit: Kit) -> None:
     assert kit.shard.live_leases("part/") == {"part/q/1": "server-b"}  # q/2 expired too
 
 
-@check(rule="F-leases")
+@check(rule="S-leases")
 def only_the_owner_releases_a_lease(kit: Kit) -> None:
     assert kit.shard.acquire_lease("part/q/1", "server-a", TTL_MS)
     assert not kit.shard.release_lease("part/q/1", "server-b")
@@ -39,7 +39,7 @@ def only_the_owner_releases_a_lease(kit: Kit) -> None:
     assert kit.shard.acquire_lease("part/q/1", "server-b", TTL_MS)
 
 
-@check(rule="F-leases")
+@check(rule="S-leases")
 def live_leases_lists_unexpired_leases_by_name_prefix(kit: Kit) -> None:
     assert kit.shard.acquire_lease("server/a", "a:9000", TTL_MS)
     assert kit.shard.acquire_lease("server/b", "b:9000", 2 * TTL_MS)
@@ -52,7 +52,7 @@ def live_leases_lists_unexpired_leases_by_name_prefix(kit: Kit) -> None:
     assert kit.shard.live_leases("server") == {"server/b": "b:9000"}
 
 
-@check(rule="F-leases")
+@check(rule="S-leases")
 def lease_names_owners_and_ttls_are_checked(kit: Kit) -> None:
     bad = (("", "a", 1), ("x y", "a", 1), ("x", "", 1), ("x", "a", 0), ("n" * 201, "a", 1))
     for name, owner, ttl in bad:

@@ -1,9 +1,13 @@
-"""The prefetching broker's storage primitives (docs/semantics.md `F-...`): prefetch reserves
+"""The prefetching broker's storage primitives (docs/semantics.md `S-...`): prefetch reserves
 jobs as a dequeue would claim them, using no attempt; hand_out makes them ordinary claims
 whose timeout counts from then; release and an expired deadline give them back with nothing
 used; acks and checkpoints of a reserved job apply as to a handed-out one; fencing by claim."""
 
 from __future__ import annotations
+
+import functools
+import threading
+from collections import Counter
 
 from pinlater.storage.claims import claim_source, new_claim
 from pinlater.storage.contract import ByteBudget
@@ -19,6 +23,7 @@ from pinlater.storage.shard_kit.kit import (
     by_source,
     held,
 )
+from pinlater.storage.shard_kit.races import retried, run_threads
 from pinlater.storage.shard_kit.registry import check
 
 BROKER = "broker:server1"
@@ -35,7 +40,7 @@ def refs(jobs: list[DequeuedJob]) -> list[tuple[int, str]]:
     return [(j.local_id, j.claim or "") for j in jobs]
 
 
-@check(rule="F-prefetch")
+@check(rule="S-prefetch")
 def prefetch_reserves_in_dequeue_order_using_no_attempt(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"later", run_after_ms=now + HOUR_MS)
@@ -59,7 +64,7 @@ def prefetch_reserves_in_dequeue_order_using_no_attempt(kit: Kit) -> None:
     assert kit.count(IN_PROGRESS) == 2 and kit.count(PENDING, future=True) == 1
 
 
-@check(rule="F-prefetch")
+@check(rule="S-prefetch")
 def prefetch_claims_only_what_fits_its_budget(kit: Kit) -> None:
     kit.enqueue(b"x" * 100, b"y" * 100, b"z" * 100)
     jobs = kit.shard.prefetch(QUEUE, 1, 10, new_claim(BROKER), HOLD_MS, ByteBudget(250))
@@ -67,7 +72,7 @@ def prefetch_claims_only_what_fits_its_budget(kit: Kit) -> None:
     assert kit.record(3).state == PENDING
 
 
-@check(rule="F-hand-out")
+@check(rule="S-hand-out")
 def hand_out_starts_the_claim_timeout_and_uses_no_attempt(kit: Kit) -> None:
     kit.enqueue(b"a", b"b", attempts_allowed=2)
     jobs = prefetch(kit, hold_ms=HOUR_MS)
@@ -90,7 +95,7 @@ def hand_out_starts_the_claim_timeout_and_uses_no_attempt(kit: Kit) -> None:
     assert [r.attempts_remaining for r in kit.records([1, 2])] == [1, 1]
 
 
-@check(rule=("F-hand-out", "C-source-match"))
+@check(rule=("S-hand-out", "C-source-match"))
 def hand_out_may_give_the_jobs_the_requests_own_claim(kit: Kit) -> None:
     kit.enqueue(b"a", b"b")
     jobs = prefetch(kit)
@@ -104,7 +109,7 @@ def hand_out_may_give_the_jobs_the_requests_own_claim(kit: Kit) -> None:
     assert kit.record(1).state == SUCCEEDED
 
 
-@check(rule=("F-hand-out", "C-claim-fences"))
+@check(rule=("S-hand-out", "C-claim-fences"))
 def hand_out_and_release_are_fenced_by_the_prefetch_claim(kit: Kit) -> None:
     kit.enqueue(b"a", b"b")
     jobs = prefetch(kit)
@@ -118,7 +123,7 @@ def hand_out_and_release_are_fenced_by_the_prefetch_claim(kit: Kit) -> None:
     assert kit.shard.hand_out(QUEUE, 1, []) == 0 and kit.shard.release(QUEUE, 1, []) == 0
 
 
-@check(rule="F-release")
+@check(rule="S-release")
 def release_returns_jobs_at_once_in_their_place_with_nothing_used(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"old", run_after_ms=now - 50, attempts_allowed=1)
@@ -133,7 +138,7 @@ def release_returns_jobs_at_once_in_their_place_with_nothing_used(kit: Kit) -> N
     assert [j.body for j in kit.dequeue(3)] == [b"old", b"new", b"newest"]
 
 
-@check(rule="F-reserve-expiry")
+@check(rule="S-reserve-expiry")
 def reclaim_returns_expired_reservations_using_no_attempt(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"one-attempt", run_after_ms=now - 10, attempts_allowed=1)
@@ -158,7 +163,7 @@ def reclaim_returns_expired_reservations_using_no_attempt(kit: Kit) -> None:
     assert [j.body for j in kit.dequeue()] == [b"one-attempt", b"two"]
 
 
-@check(rule=("F-reserve-expiry", "J-batches"))
+@check(rule=("S-reserve-expiry", "J-batches"))
 def reclaim_of_reservations_and_claims_stops_at_the_limit(kit: Kit) -> None:
     kit.enqueue(*[b"x"] * 3)
     kit.dequeue(1)
@@ -171,7 +176,7 @@ def reclaim_of_reservations_and_claims_stops_at_the_limit(kit: Kit) -> None:
     assert kit.count(PENDING) == 3
 
 
-@check(rule="F-reserved-ack")
+@check(rule="S-reserved-ack")
 def acks_of_a_reserved_job_apply_as_if_it_was_handed_out(kit: Kit) -> None:
     kit.enqueue(b"ok", b"retry", attempts_allowed=2)
     jobs = prefetch(kit)
@@ -187,7 +192,7 @@ def acks_of_a_reserved_job_apply_as_if_it_was_handed_out(kit: Kit) -> None:
     assert kit.shard.reclaim_expired(QUEUE, 1, LONG_TIMEOUT_MS, 10).released == 0
 
 
-@check(rule="F-reserved-ack")
+@check(rule="S-reserved-ack")
 def a_checkpoint_of_a_reserved_job_hands_it_out(kit: Kit) -> None:
     kit.enqueue(b"a")
     (job,) = prefetch(kit)
@@ -200,7 +205,7 @@ def a_checkpoint_of_a_reserved_job_hands_it_out(kit: Kit) -> None:
     assert kit.shard.release(QUEUE, 1, refs([job])) == 0
 
 
-@check(rule=("F-prefetch", "A-ledger-counts", "A-books-balance"))
+@check(rule=("S-prefetch", "A-ledger-counts", "A-books-balance"))
 def ledger_counts_the_prefetch_claim_and_no_return(kit: Kit) -> None:
     kit.enqueue(b"a", b"b", b"c")
     jobs = prefetch(kit)
@@ -211,3 +216,56 @@ def ledger_counts_the_prefetch_claim_and_no_return(kit: Kit) -> None:
     found = kit.shard.ledger(QUEUE)
     assert {k: v for k, v in found.counters.items() if v} == {"enqueued": 3, "dequeued": 3}
     assert found.states == {PENDING: 2, IN_PROGRESS: 1} and found.balanced
+
+
+@check(rule=("S-prefetch", "X-claim-once"))
+def two_brokers_and_a_dequeuer_take_every_job_exactly_once(kit: Kit) -> None:
+    """Two servers both believing they own the partition (a lease moving) and a plain
+    dequeue: storage claims each job once, whatever the leases say."""
+    ids = kit.enqueue(*[b"%d" % i for i in range(600)])
+    taken: Counter = Counter()
+    lock = threading.Lock()
+
+    def take(call) -> None:
+        for _ in range(600):  # bounded
+            jobs = retried(call)
+            if not jobs:
+                return
+            with lock:
+                taken.update(j.local_id for j in jobs)
+
+    run_threads(
+        [
+            functools.partial(take, functools.partial(prefetch, kit, 17)),
+            functools.partial(take, functools.partial(prefetch, kit, 13)),
+            functools.partial(take, functools.partial(kit.dequeue, 11)),
+        ]
+    )
+    assert sorted(taken) == sorted(ids) and set(taken.values()) == {1}
+
+
+@check(rule=("S-hand-out", "S-reserve-expiry"))
+def hand_outs_racing_the_reclaimer_end_each_reservation_once(kit: Kit) -> None:
+    """A late broker handing out while the janitor returns its expired reservations: each job
+    ends up either handed out (IN_PROGRESS) or PENDING again, never both, nothing used."""
+    kit.enqueue(*[b"x"] * 300, attempts_allowed=2)
+    jobs = prefetch(kit, limit=300, hold_ms=1000)
+    kit.advance(2000)
+    handed: list[int] = []
+    returned: list[int] = []
+
+    def broker() -> None:
+        for start in range(0, 300, 10):
+            batch = refs(jobs[start : start + 10])
+            handed.append(retried(functools.partial(kit.shard.hand_out, QUEUE, 1, batch)))
+
+    def janitor() -> None:
+        for _ in range(100):  # bounded
+            counts = retried(lambda: kit.shard.reclaim_expired(QUEUE, 1, LONG_TIMEOUT_MS, 7))
+            returned.append(counts.released)
+
+    run_threads([broker, janitor])
+    assert sum(handed) == kit.count(IN_PROGRESS, cap=1000)
+    assert sum(returned) == kit.count(PENDING, cap=1000)
+    assert sum(handed) + sum(returned) == 300
+    assert {r.attempts_remaining for r in kit.records([j.local_id for j in jobs])} == {2}

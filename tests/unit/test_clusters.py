@@ -1,0 +1,230 @@
+"""Clusters (config `clusters:`, pinlater/storage/clusters.py) on two SQLite clusters through the
+real App and handler: the config checks, where queues are created and served, descriptors
+routed by their shard, and a `cluster:` change that moves nothing while the queue exists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pinlater.app import App, NotDurable, load_config
+from pinlater.common.sections import ConfigError
+from pinlater.idl import RequestContext
+from pinlater.idl import pinlater_thrift as T
+from pinlater.ops.queue_settings import parse_queue_config
+from pinlater.storage.clusters import ClusterRouter
+from pinlater.storage.models import JobState
+from tests.conformance.wire import loopback_client
+from tests.support.readme_blocks import blocks
+
+CTX = RequestContext(source="clusters-test")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sections(tmp_path, **extra) -> dict:
+    return {
+        "clusters": {
+            "a": {"kind": "sqlite", "data_dir": str(tmp_path / "a"), "shards": [{"name": "a1"}]},
+            "b": {
+                "kind": "sqlite",
+                "data_dir": str(tmp_path / "b"),
+                "shards": [{"name": "b1"}, {"name": "b2"}],
+            },
+        },
+        "default_cluster": "a",
+        "janitor": {"enabled": False},
+        **extra,
+    }
+
+
+def problems(overrides: dict) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(env={}, overrides=overrides)
+    return info.value.problems
+
+
+def write_queues(path, queues: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump({"queues": queues}))
+    tmp.replace(path)
+
+
+@pytest.fixture
+def app_with(tmp_path):
+    apps = []
+
+    def build(queues: dict | None = None):
+        extra = {}
+        if queues is not None:
+            path = tmp_path / "queues.yaml"
+            write_queues(path, queues)
+            extra["queue_config"] = str(path)
+        app = App(load_config(env={}, overrides=sections(tmp_path, **extra)))
+        apps.append(app)
+        return app, loopback_client(app.handler)
+
+    yield build
+    for app in apps:
+        app.close()
+
+
+def enqueue(client, queue: str, *bodies: bytes) -> list[str]:
+    jobs = [T.PinLaterJob(body=body) for body in bodies]
+    request = T.PinLaterEnqueueRequest(queueName=queue, jobs=jobs)
+    return list(client.enqueueJobs(CTX, request).jobDescriptors)
+
+
+def shard_of(descriptor: str) -> str:
+    return descriptor.split(":")[1][1:]
+
+
+def test_a_single_backend_config_builds_the_plain_store(tmp_path):
+    config = load_config(env={}, overrides={"backend": {"data_dir": str(tmp_path)}})
+    assert config.clusters == {} and config.default_cluster is None
+    app = App(config)
+    try:
+        assert not isinstance(app.store, ClusterRouter)
+        assert app.store.cluster_names() == [] and app.store.cluster_of("q") is None
+    finally:
+        app.close()
+
+
+def test_clusters_config_takes_the_default_clusters_section_as_backend(tmp_path):
+    config = load_config(env={"PINLATER_DATA_DIR": str(tmp_path)}, overrides=sections(tmp_path))
+    assert list(config.clusters) == ["a", "b"] and config.default_cluster == "a"
+    assert [s.name for s in config.backend.shards] == ["a1"]
+
+
+def test_clusters_config_problems_are_reported_with_their_key_paths(tmp_path):
+    bad = sections(tmp_path)
+    bad["clusters"]["b"]["shards"] = [{"name": "a1"}]
+    bad["clusters"]["c"] = {"kind": "nosuch"}
+    bad["clusters"]["a"]["shard_map_file"] = str(tmp_path / "map.yaml")
+    (tmp_path / "map.yaml").write_text("shards: [{name: a1}]")
+    bad["default_cluster"] = "z"
+    bad["backend"] = {"kind": "sqlite"}
+    found = problems(bad)
+    assert any("clusters.b.shards: shard name 'a1' is also in cluster 'a'" in p for p in found)
+    assert any(p.startswith("clusters.c.kind:") for p in found)
+    assert any("clusters.a.shard_map_file: not supported" in p for p in found)
+    assert any(p.startswith("default_cluster: 'z' must name one of") for p in found)
+    assert any("either `backend:` or `clusters:`" in p for p in found)
+    assert problems({"default_cluster": "a"}) == ["default_cluster: only with `clusters:`"]
+
+
+def test_a_queue_setting_must_name_a_configured_cluster(tmp_path):
+    path = tmp_path / "queues.yaml"
+    write_queues(path, {"q": {"cluster": "nope"}})
+    found = problems(sections(tmp_path, queue_config=str(path)))
+    assert found == [
+        f"queue_config {path}: queues.q.cluster: 'nope' is not a configured cluster (a, b)"
+    ]
+    plain = {"backend": {"data_dir": str(tmp_path)}, "queue_config": str(path)}
+    assert "the server config has no `clusters:`" in problems(plain)[0]
+
+
+def test_queues_are_created_and_served_on_their_cluster(app_with):
+    app, client = app_with({"cold": {"cluster": "b"}})
+    store = app.store
+    client.createQueue(CTX, "hot")
+    client.createQueue(CTX, "cold")
+    assert store.clusters["a"].queue_names() == {"hot"}
+    assert store.clusters["b"].queue_names() == {"cold"}
+    assert set(client.getQueueNames(CTX)) == {"hot", "cold"}
+    hot = enqueue(client, "hot", b"h1", b"h2")
+    cold = [d for _ in range(10) for d in enqueue(client, "cold", b"c")]
+    assert {shard_of(d) for d in hot} == {"a1"}
+    assert {shard_of(d) for d in cold} == {"b1", "b2"}
+    lookup = client.lookupJobs(CTX, T.PinLaterLookupJobRequest(jobDescriptors=hot + cold[:2]))
+    assert len(lookup) == 4
+    count = T.PinLaterGetJobCountRequest(queueName="cold", jobState=JobState.PENDING.value)
+    assert client.getJobCount(CTX, count) == 10
+    got = client.dequeueJobs(CTX, T.PinLaterDequeueRequest(queueName="cold", limit=20))
+    assert sorted(got.jobs) == sorted(cold)
+    ack = T.PinLaterJobAckInfo
+    client.ackDequeuedJobs(
+        CTX,
+        T.PinLaterJobAckRequest(
+            queueName="cold", jobsSucceeded=[ack(jobDescriptor=d) for d in cold]
+        ),
+    )
+    done = T.PinLaterGetJobCountRequest(queueName="cold", jobState=JobState.SUCCEEDED.value)
+    assert client.getJobCount(CTX, done) == 10
+    assert store.cluster_of("cold") == "b" and store.cluster_of_shard("b2") == "b"
+
+
+def test_a_descriptor_naming_an_unknown_shard_is_refused(app_with):
+    _, client = app_with()
+    client.createQueue(CTX, "hot")
+    with pytest.raises(T.PinLaterException) as info:
+        client.lookupJobs(CTX, T.PinLaterLookupJobRequest(jobDescriptors=["hot:s9:p1:1"]))
+    assert "unknown shard '9'" in info.value.message
+
+
+def test_a_setting_that_moves_an_existing_queue_moves_nothing_until_it_is_deleted(app_with):
+    app, client = app_with({"jobs": {"cluster": "a"}})
+    store = app.store
+    client.createQueue(CTX, "jobs")
+    [old] = enqueue(client, "jobs", b"old")
+    store.configure({"jobs": "b"})  # as a changed queue-config file would
+    assert store.moves_pending() == {"jobs": ("a", "b")}
+    [still] = enqueue(client, "jobs", b"still")
+    assert shard_of(still) == "a1", "served where it lives"
+    got = client.dequeueJobs(CTX, T.PinLaterDequeueRequest(queueName="jobs", limit=5))
+    assert sorted(got.jobs) == sorted([old, still])
+    store.delete_queue("jobs")
+    assert store.moves_pending() == {}
+    client.createQueue(CTX, "jobs")
+    assert shard_of(enqueue(client, "jobs", b"new")[0]) in {"b1", "b2"}
+    assert store.clusters["a"].queue_names() == set()
+
+
+def test_after_a_restart_a_queue_is_found_where_it_lives(app_with, tmp_path):
+    app, client = app_with({"jobs": {"cluster": "a"}})
+    client.createQueue(CTX, "jobs")
+    [old] = enqueue(client, "jobs", b"old")
+    app.close()
+    app, client = app_with({"jobs": {"cluster": "b"}})  # the file changed while it was down
+    assert app.store.discover() == []
+    assert app.store.cluster_of("jobs") == "a"
+    got = client.dequeueJobs(CTX, T.PinLaterDequeueRequest(queueName="jobs", limit=5))
+    assert list(got.jobs) == [old]
+
+
+def test_the_example_config_and_the_readme_blocks_load():
+    example = load_config(ROOT / "configs" / "clusters.yaml", env={})
+    assert {name: c.kind for name, c in example.clusters.items()} == {
+        "hot": "redis",
+        "durable": "mysql",
+    }
+    assert [s.name for s in example.clusters["durable"].shards] == ["m1", "m1d1"]
+    readme = (ROOT / "README.md").read_text()
+    [server] = blocks(readme, "clusters")
+    [queues] = blocks(readme, "clusters-queues")
+    raw = yaml.safe_load(server)
+    assert raw.pop("queue_config") == "queues.yaml"
+    config = load_config(env={}, overrides=raw)
+    assert config.default_cluster == "hot" and config.backend.kind == "redis"
+    assert parse_queue_config(queues, "README").clusters() == {"ledger": "durable"}
+
+
+@pytest.mark.parametrize("strict", ["a", "b"])
+def test_require_durable_holds_per_cluster(tmp_path, strict):
+    """Cluster b runs SQLite with synchronous NORMAL (a durability warning): only b's own
+    `require_durable` refuses the start."""
+    overrides = sections(tmp_path, metrics={"port": 0})
+    overrides["clusters"]["b"]["synchronous"] = "NORMAL"
+    overrides["clusters"][strict]["require_durable"] = True
+    app = App(load_config(env={}, overrides=overrides))
+    try:
+        if strict == "b":
+            with pytest.raises(NotDurable) as info:
+                app.start_background()
+            assert [w.split(":")[0] for w in info.value.warnings] == ["shard b1", "shard b2"]
+        else:
+            app.start_background()
+            assert app.store.homes() == {}
+    finally:
+        app.close()
