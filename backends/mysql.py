@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -74,6 +75,9 @@ _STATEMENT_SLACK = 64 * 1024
 DDL_LOCK_WAIT = 2
 #: seconds a FIFO dequeue waits for its queue's named lock (backends/sql_fifo.py)
 FIFO_LOCK_WAIT = 2
+#: ER_DUP_KEYNAME: another server added the fifo index first (what counts is that it exists)
+DUPLICATE_KEY_NAME = 1061
+_FIFO_INDEX_LOCK = threading.Lock()
 _PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9]{0,15}", re.ASCII)
 #: a column or index another server added first (see _add_reserve_columns)
 _DUPLICATE = re.compile(r"MySQL error 106[01]\b")
@@ -503,6 +507,38 @@ class MySQLShard(SQLShard):
         finally:
             cur.close()
 
+    def _ensure_fifo_index(self, queue: str) -> None:
+        """ALTER TABLE ... ADD INDEX fifo on the job tables that lack it, the first time this
+        shard object serves the queue (delete_queue forgets it; a queue deleted and created
+        again through another server keeps working here, its heads read without the index).
+        Another server adding it at the same time is fine: what counts is that it exists."""
+        db = self.database(queue)
+        done = self._fifo_indexed()
+        if db in done:
+            return
+        with _FIFO_INDEX_LOCK:  # one ALTER per table from this process, not one per request
+            if db in done:
+                return
+            tables = [f"jobs_p{p}" for p in range(1, self.limits.num_priorities + 1)]
+            for table in self._without_fifo_index(db, tables):
+                try:
+                    self._ddl([self.queries.render("create_fifo_index", table=(db, table))])
+                except ShardError as exc:
+                    if _error_code(exc) != DUPLICATE_KEY_NAME:
+                        raise
+            done.add(db)
+
+    def _without_fifo_index(self, db: str, tables: Sequence[str]) -> list[str]:
+        """The tables of `tables` in `db` without the fifo index."""
+        sql = self.queries.render("fifo_index_exists")
+        missing = []
+        with self._read() as cur:
+            for table in tables:
+                cur.execute(sql, {"db": db, "table_name": table})
+                if not cur.fetchone()[0]:
+                    missing.append(table)
+        return missing
+
     def _fifo_row_lock(self) -> str:
         return "FOR UPDATE"
 
@@ -613,6 +649,7 @@ class MySQLShard(SQLShard):
         now empty database, then drop the moved tables one by one (see schema.sql). Each step
         waits at most DDL_LOCK_WAIT for the queue's in-flight calls; nothing else waits."""
         db = self.database(queue)
+        self._fifo_indexed().discard(db)
         moved = self._move_to_trash(db)
         self._ddl([self.queries.render("drop_database", db=(db,))])
         self._drop_trash(moved)
@@ -827,3 +864,12 @@ def _release_lock(conn: Any, name: str) -> None:
             cur.close()
     except Exception:  # noqa: BLE001 - see the docstring
         pass
+
+
+def _error_code(exc: BaseException) -> int | None:
+    """The MySQL error code behind a translated error (its cause), if any."""
+    cause = exc.__cause__
+    if isinstance(cause, pymysql.err.MySQLError) and cause.args:
+        code = cause.args[0]
+        return code if isinstance(code, int) else None
+    return None

@@ -644,6 +644,17 @@ class SQLShard(Shard):
         (backends/sql_fifo.py); the default suits a storage with one writer at a time."""
         return self._write()
 
+    def _ensure_fifo_index(self, queue: str) -> None:
+        """Give the queue's job tables the FIFO index (queries `create_fifo_index`) unless this
+        shard object did already (backends/sql_fifo.py); the dialect does it."""
+
+    def _fifo_indexed(self) -> set:
+        """What `_ensure_fifo_index` did already (tables or databases), made on first use."""
+        done = self.__dict__.get("_fifo_done")
+        if done is None:
+            done = self.__dict__["_fifo_done"] = set()
+        return done
+
     def _fifo_row_lock(self) -> str:
         """The lock clause of a FIFO dequeue's head select (none where the transaction holds
         the database)."""

@@ -5,8 +5,10 @@ What makes it atomic against other FIFO dequeues of the queue is the dialect's
 `_fifo_transaction`: SQLite's writer transaction already holds the database lock; MySQL takes a
 named lock per (shard, queue) around the transaction (`backends/mysql.py`), so two servers never
 count the same in-flight jobs or claim the same head. Heads are read with `fifo_heads` (ORDER BY
-local_id over the PENDING rows: the cost grows with the priority's PENDING jobs, which a FIFO
-queue keeps short by design).
+local_id over the PENDING rows) on an index of (state, local_id) that the queue's first FIFO
+dequeue adds to its job tables (`_ensure_fifo_index`, once per table and shard object), so a
+head costs a seek whatever the backlog or the finished jobs awaiting purge, and queues that are
+not FIFO never maintain that index.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def dequeue_fifo(
 ) -> list[DequeuedJob]:
     """`Shard.dequeue_fifo` for an `SQLShard` (`shard`)."""
     levels = range(1, shard.limits.num_priorities + 1)
+    shard._ensure_fifo_index(queue)
     out: list[DequeuedJob] = []
     with shard._read() if claim is None else shard._fifo_transaction(queue) as cur:
         now = shard._tx_now(cur)

@@ -349,6 +349,21 @@ class SQLiteShard(SQLShard):
             raise QueueNotFound(queue)
         return row[0]
 
+    def _ensure_fifo_index(self, queue: str) -> None:
+        """One read of the queue's table names; the index made in one write the first time
+        (a queue created again has new tables, so it gets the index again)."""
+        done = self._fifo_indexed()
+        with self._read() as cur:
+            levels = range(1, self.limits.num_priorities + 1)
+            missing = [t for t in (self._job_table(cur, queue, p) for p in levels) if t not in done]
+        if not missing:
+            return
+        with self._write() as cur:
+            for table in missing:
+                index = (f"{table[0]}_fifo",)
+                cur.execute(self.queries.render("create_fifo_index", table=table, index=index))
+        done.update(missing)
+
     def _insert_jobs(self, cur: Any, sql: str, rows: list[dict[str, Any]]) -> list[int]:
         # Under the write lock AUTOINCREMENT hands out consecutive ids (max(seq, max id) + 1
         # each), so the batch's ids end at last_insert_rowid().

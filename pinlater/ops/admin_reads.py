@@ -173,6 +173,8 @@ class AdminReads:
         out["counts_live"] = live
         out["oldest_pending"] = self._oldest_pending(queue)
         out["placement"] = _placement_json(ctx.store, queue)
+        cap = ctx.store.fifo.cap(queue)
+        out["fifo"] = None if cap is None else {"in_flight_cap": cap}
         return out
 
     def ledger(self, name: object | None = None) -> dict[str, Any]:

@@ -18,13 +18,14 @@ dequeue and lookup sees all of them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from pinlater.errors import InvalidRequest, PinLaterError
+from pinlater.errors import InvalidRequest, PinLaterError, QueueNotFound
 from pinlater.storage.contract import Backend, BodyFilter, ByteBudget, Shard, ShardSpec
 from pinlater.storage.descriptors import JobDescriptor
 from pinlater.storage.health import ShardHealth
@@ -252,7 +253,14 @@ class ClusterRouter(ShardedBackend):
     # ---------------------------------------------------------------- queues
 
     def create_queue(self, queue: str) -> None:
+        """In the cluster holding the queue; but a home that differs from the setting is
+        checked first: another server may have moved the queue meanwhile (deleted it there and
+        created it on the configured cluster), and creating it again in the old home would
+        split it over two clusters."""
         cluster = self.cluster_of(queue)
+        wanted = self._settings.get(queue, self.default)
+        if cluster != wanted and queue not in self.clusters[cluster].queue_names():
+            cluster = wanted
         self.clusters[cluster].create_queue(queue)
         with self._lock:
             self._homes[queue] = cluster
@@ -299,11 +307,13 @@ class ClusterRouter(ShardedBackend):
         acks: tuple[Sequence[tuple[str, Ack]], Sequence[tuple[str, Ack]]] | None = None,
         budget: ByteBudget | None = None,
     ) -> list[tuple[JobDescriptor, DequeuedJob]]:
-        """On the queue's cluster; acks of another cluster's shards (a queue deleted and
-        created elsewhere meanwhile) are applied on their own first."""
+        """On the queue's cluster; acks of another cluster's shards (the queue was deleted
+        there and created here meanwhile) are applied on their own first, and where the queue
+        is gone they are moot (its jobs went with it), not an error of this dequeue."""
         store = self.for_queue(queue)
         if acks is not None and not self._all_on(store, acks):
-            self.ack(queue, *acks)
+            with contextlib.suppress(QueueNotFound):
+                self.ack(queue, *acks)
             acks = None
         return store.dequeue(
             queue, limit, source, dry_run=dry_run, coverage=coverage, acks=acks, budget=budget

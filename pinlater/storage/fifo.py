@@ -140,20 +140,23 @@ def _lead_dequeue(
 ) -> list[DequeuedJob] | None:
     """The acks and shard `name`'s FIFO dequeue in one call (`Shard.ack_and_dequeue_fifo`);
     None when that failed and the acks were applied on their own instead (the shard is then
-    asked again as any other)."""
+    asked again as any other). Parked dequeues are woken only for room this one left: it took
+    what its acks freed unless it got its whole limit (waking every parked request after each
+    ack made them all look for a job the acker had just taken)."""
     succeeded = [ack for _, ack in acks[0]]
     failed = [ack for _, ack in acks[1]]
     try:
-        return store.call(
+        jobs = store.call(
             name,
             lambda s: s.ack_and_dequeue_fifo(queue, succeeded, failed, limit, cap, claim, budget),
         )[1]
     except (QueueNotFound, ShardConnectionFailed):
-        store.ack(queue, *acks)  # a repeated ack is a no-op
+        store.ack(queue, *acks)  # a repeated ack is a no-op; it wakes parked requests itself
         return None
-    finally:
-        if failed or succeeded:  # wake parked dequeues: room under the cap, or a head back
-            store.jobs_may_be_due(queue, [name])
+    freed = len(succeeded) + len(failed) - len(jobs)
+    if len(jobs) >= limit and freed > 0:
+        store.signals.changed(queue, freed)
+    return jobs
 
 
 def _healthy(store: Any, queue: str) -> list[str]:

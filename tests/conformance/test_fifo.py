@@ -168,3 +168,20 @@ def test_fifo_parked_dequeue_wakes_on_a_success_ack(api, queue, fifo):
     thread.join(timeout=10)
     assert got["jobs"] == [jobs[1]]
     assert got["seconds"] < 5
+
+
+@pytest.mark.rule("F-setting")
+def test_jobs_stored_before_the_queue_became_fifo_are_still_handed_out(api, queue):
+    before = [d for _ in range(12) for d in api.enqueue(queue, b"old")]
+    try:
+        configure(api, f"queues:\n  {queue}: {{fifo: true, fifo_in_flight: 20}}\n")
+        after = api.enqueue(queue, b"new")
+        assert len({shard_of(d) for d in after}) == 1
+        got: list[str] = []
+        for _ in range(10):
+            got += api.dequeue_ids(queue, 50)
+            if len(got) == 13:
+                break
+        assert sorted(got) == sorted(before + after)
+    finally:
+        api.app._queue_config_changed(QueueConfig(), 1)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
+import re
 import time
 import urllib.request
 
@@ -20,6 +22,7 @@ from pinlater.idl import RequestContext
 from pinlater.idl import pinlater_thrift as T
 from tests.support import mysql_env, redis_env
 from tests.support.admin_http import AdminHttp
+from tests.support.dashboard_http import DashboardHttp
 from tests.support.operating import sample
 from tests.support.readme_blocks import blocks
 from tests.support.server_process import REPO_ROOT, ServerProcess, free_port
@@ -156,8 +159,16 @@ def _check_metrics_and_admin(metrics_port: int) -> None:
     }
     status, body, _ = api.get("/api/v1/queues/ledger")
     assert status == 200 and body["cluster"] == "durable", body
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/health", timeout=5) as reply:
+        health = json.loads(reply.read())
+    assert {s["name"]: s["cluster"] for s in health["shards"]}["m2"] == "durable"
     status, body, _ = api.get("/api/v1/server")
     assert body["backend"]["clusters"] == {"hot": "redis", "durable": "mysql"}
+    ui = DashboardHttp(f"http://127.0.0.1:{metrics_port}")
+    assert ui.login(PASSWORD)[0] == 303
+    status, html, _ = ui.get("/ui/shards")
+    row = re.search(r'<tr data-shard="m2">.*?</tr>', html, re.S)
+    assert status == 200 and row and "cluster durable" in row.group()
     out = io.StringIO()
     argv = ["shards", "--metrics-url", f"http://127.0.0.1:{metrics_port}", "--password", PASSWORD]
     assert cli_main(argv, out, io.StringIO()) == 0

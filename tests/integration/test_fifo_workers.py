@@ -11,8 +11,11 @@ import time
 
 import pytest
 
+from pinlater.common.passwords import hash_password
 from pinlater.idl import RequestContext
 from pinlater.idl import pinlater_thrift as T
+from tests.support.admin_http import AdminHttp
+from tests.support.operating import OperatingServer
 from tests.support.server_process import ServerProcess
 from tests.support.storage import KINDS, backend_section
 
@@ -22,6 +25,7 @@ WORKERS = 8
 FAIL_AT = 500  # the job that fails once
 RETRY_DELAY_MS = 300
 DEADLINE_SECONDS = 60.0
+PASSWORD = "fifo-secret"
 
 
 class Ledger:
@@ -129,3 +133,28 @@ def test_fifo_jobs_complete_in_enqueue_order_through_8_workers_and_a_retry(tmp_p
 def _first_diff(runs: list[int]) -> int:
     expected = [*range(FAIL_AT + 1), FAIL_AT, *range(FAIL_AT + 1, JOBS)]
     return next((i for i, (a, b) in enumerate(zip(runs, expected, strict=False)) if a != b), -1)
+
+
+def test_the_admin_api_shows_a_fifo_queue_on_one_shard_with_its_cap(tmp_path):
+    """`fifo: true` with `partitions: 1` from the queue-config file: one shard of four, and
+    the queue's admin view names its in-flight cap; a plain queue shows none."""
+    queues = tmp_path / "queues.yaml"
+    queues.write_text(
+        f"queues:\n  {QUEUE}: {{fifo: true, fifo_in_flight: 3, partitions: 1}}\n  plain: {{}}\n"
+    )
+    config = {
+        "queue_config": str(queues),
+        "admin": {"password_hash": hash_password(PASSWORD, iterations=1000)},
+    }
+    with OperatingServer(tmp_path, config, shards=("1", "2", "3", "4")) as srv:
+        client = srv.client()
+        ctx = RequestContext(source="fifo-admin")
+        for name in (QUEUE, "plain"):
+            client.createQueue(ctx, name)
+        api = AdminHttp(srv.metrics_url, basic=PASSWORD)
+        status, body, _ = api.get(f"/api/v1/queues/{QUEUE}")
+        assert status == 200, body
+        assert body["fifo"] == {"in_flight_cap": 3}
+        assert body["placement"]["partitions"] == 1 and len(body["placement"]["shards"]) == 1
+        status, body, _ = api.get("/api/v1/queues/plain")
+        assert (status, body["fifo"]) == (200, None)

@@ -856,6 +856,34 @@ def test_fifo_dequeue_waits_for_the_queues_named_lock_and_releases_its_own(
         other.close()
 
 
+def test_only_a_fifo_dequeue_adds_the_fifo_index_and_a_new_queue_gets_it_again(shard, queue):
+    tables = ["jobs_p1", "jobs_p2", "jobs_p3"]
+    db = shard.database(queue)
+    shard.dequeue(queue, 1, 5, new_claim(SOURCE))
+    assert shard._without_fifo_index(db, tables) == tables
+    enqueue(shard, queue, b"a")
+    assert [job.local_id for job in shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE))] == [1]
+    assert shard._without_fifo_index(db, tables) == []
+    shard.delete_queue(queue)
+    shard.create_queue(queue)
+    assert shard._without_fifo_index(db, tables) == tables
+    assert shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE)) == []
+    assert shard._without_fifo_index(db, tables) == []
+
+
+def test_fifo_index_added_by_another_server_first_is_success(shard, queue, monkeypatch):
+    """The race of two servers' first FIFO dequeues: this one saw no index, the other's ALTER
+    came first, so this ALTER fails with 1061 (duplicate key name); that is success."""
+    tables = ["jobs_p1", "jobs_p2", "jobs_p3"]
+    db = shard.database(queue)
+    shard._ensure_fifo_index(queue)  # "the other server" (here: this one, earlier)
+    assert shard._without_fifo_index(db, tables) == []
+    shard._fifo_indexed().clear()
+    monkeypatch.setattr(shard, "_without_fifo_index", lambda db, names: list(names))
+    shard._ensure_fifo_index(queue)  # every ALTER fails with 1061: no error
+    assert db in shard._fifo_indexed()
+
+
 def test_live_leases_forgets_leases_expired_for_a_day(shard, server):
     """Per-process heartbeats must not pile up: live_leases drops leases expired a day ago
     (at most LEASES_FORGOTTEN_PER_CALL a call) and keeps the others, expired or not."""

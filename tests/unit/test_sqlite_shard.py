@@ -333,6 +333,28 @@ def test_a_queue_from_before_the_ledger_opens_its_books_with_its_jobs(tmp_path, 
         again.close()
 
 
+def fifo_indexes(tmp_path: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(tmp_path / "shard-1.db")) as conn:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE name LIKE '%_fifo'").fetchall()
+    return sorted(name for (name,) in rows)
+
+
+def test_only_a_fifo_dequeue_gives_a_queue_the_fifo_index_and_its_heads_use_it(shard, tmp_path):
+    """Queues that are not FIFO never maintain the (state, local_id) index; the first FIFO
+    dequeue adds it to the queue's job tables, and the head select seeks it (no sort)."""
+    shard.create_queue("plain")
+    enqueue(shard, b"a", queue="plain")
+    shard.dequeue("plain", 1, 10, "c1")
+    assert fifo_indexes(tmp_path) == []
+    enqueue(shard, b"a", b"b")
+    assert [job.local_id for job in shard.dequeue_fifo("q", 5, 1, "c2")] == [1]
+    assert fifo_indexes(tmp_path) == ["q1_p1_fifo", "q1_p2_fifo", "q1_p3_fifo"]
+    sql = shard._sql("fifo_heads", ("q1_p1",))
+    with contextlib.closing(sqlite3.connect(tmp_path / "shard-1.db")) as conn:
+        plan = conn.execute("EXPLAIN QUERY PLAN " + sql, {"limit": 1, "inline": 9}).fetchall()
+    assert "q1_p1_fifo" in str(plan) and "TEMP B-TREE" not in str(plan), plan
+
+
 def test_live_leases_forgets_leases_expired_for_a_day(shard):
     """Per-process heartbeats must not pile up: live_leases drops leases expired a day ago
     (at most LEASES_FORGOTTEN_PER_CALL a call) and keeps the others, expired or not."""

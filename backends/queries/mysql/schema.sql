@@ -201,3 +201,13 @@ SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
 -- name: queue_probe
 -- Fails with "unknown table" (-> QueueNotFound) unless the queue's first job table exists.
 SELECT 1 FROM {table} LIMIT 0
+
+-- name: fifo_index_exists
+-- Whether a job table has the `fifo` index (MySQL has no ADD INDEX IF NOT EXISTS).
+SELECT COUNT(*) FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = :db AND TABLE_NAME = :table_name AND INDEX_NAME = 'fifo'
+
+-- name: create_fifo_index
+-- Serves a FIFO queue's heads (fifo_heads: PENDING jobs in local_id order, no filesort): made
+-- by the queue's first FIFO dequeue (backends/sql_fifo.py), so other queues never maintain it.
+ALTER TABLE {table} ADD INDEX fifo (state, local_id)

@@ -171,3 +171,8 @@ SELECT 1 FROM {table} LIMIT 0
 -- A slot's row unless it exists: :enqueued 0, or the opening balance of a queue that held
 -- jobs before it had a ledger (the jobs present then).
 INSERT OR IGNORE INTO {table} (slot, enqueued) VALUES (:slot, :enqueued)
+
+-- name: create_fifo_index
+-- Serves a FIFO queue's heads (fifo_heads: PENDING jobs in local_id order, no sort): made by
+-- the queue's first FIFO dequeue (backends/sql_fifo.py), so other queues never maintain it.
+CREATE INDEX IF NOT EXISTS {index} ON {table} (state, local_id)
