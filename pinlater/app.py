@@ -30,6 +30,7 @@ from pinlater.ops.ledger_audit import LedgerAudit
 from pinlater.ops.maintenance import ShardMaintenance, ShardMapWatcher
 from pinlater.ops.metrics import Metrics, dequeue_path_metrics, drain_gauges, live_gauges
 from pinlater.ops.observer import OperatingObserver
+from pinlater.ops.partition_owner import PartitionOwner, new_server_id
 from pinlater.ops.periodic import Periodic
 from pinlater.ops.placement_check import PlacementCheck
 from pinlater.ops.queue_settings import CHECK_INTERVAL_SECONDS, QueueConfigWatcher, check_files
@@ -47,7 +48,9 @@ from pinlater.server.admission import Admission
 from pinlater.server.dashboard import Dashboard
 from pinlater.server.http import HttpListener, Routes, health_report
 from pinlater.server.listen import bind
+from pinlater.storage.broker.broker import Broker
 from pinlater.storage.clusters import ClusterRouter
+from pinlater.storage.contract import Shard
 from pinlater.storage.empty_partitions import EmptyPartitions
 from pinlater.storage.sharded import ShardedBackend
 from pinlater.storage.signals import QueueSignals
@@ -156,6 +159,7 @@ class App:
             schedules=self.schedules.views,
         )
         self.metrics.registry.register(dequeue_path_metrics(self.store, self.handler.longpoll))
+        self.partition_owner = self._build_broker(config)
         self.janitor = Janitor(
             self.store,
             config.janitor,
@@ -165,6 +169,49 @@ class App:
         self.janitor_activity = JanitorActivity(self.janitor.run_tick)
         self.metrics_server: HttpListener | None = None
         self._threads: list[Periodic] = []
+
+    def _build_broker(self, config: Config) -> PartitionOwner | None:
+        """The prefetching broker (`store.broker`) and the lease keeper that tells it which
+        partitions are its own; None when this server answers no dequeue or the backend has
+        no prefetch primitives."""
+        if config.server.role == "enqueue" or not _has_prefetch(self.store):
+            return None
+        if config.clusters:  # not yet: each cluster's dequeue would need the broker
+            log.info("the prefetching broker is off: it does not serve clusters yet")
+            return None
+        settings, broker_config = self.settings, config.broker
+        server_id = new_server_id()
+        broker = Broker(
+            self.store,
+            server_id=server_id,
+            prefetch_for=settings.prefetch_for,
+            hold_ms=int(broker_config.hold_seconds * 1000),
+            idle_seconds=broker_config.idle_seconds,
+            write_behind_seconds=broker_config.write_behind_ms / 1000,
+            low_water=broker_config.low_water,
+        )
+        owner = PartitionOwner(
+            self.store,
+            broker,
+            server_id=server_id,
+            lease_ms=int(broker_config.lease_seconds * 1000),
+            interval=broker_config.renew_seconds,
+            queues=lambda: [q for q in broker.demanded() if settings.prefetch_for(q) > 0],
+        )
+        broker.on_new_demand = owner.wake
+        self.store.broker = broker
+        return owner
+
+    def start_broker(self) -> None:
+        """Start the broker's lease passes (part of `start_background`)."""
+        if self.partition_owner is not None:
+            self.partition_owner.start()
+
+    def release_broker(self) -> None:
+        """Stop buffering: every buffered job back to PENDING and every lease given up at
+        once (the server's drain on SIGTERM, and `close`)."""
+        if self.partition_owner is not None:
+            self.partition_owner.close()
 
     def _build_operating(self, config: Config) -> None:
         """Metrics, per-queue rate limits (queue config + ServerSet) and admission caps."""
@@ -177,7 +224,10 @@ class App:
         self.limiter = QueueRateLimiter()
         self.settings_home = SettingsHome(self.store)
         self.settings = RuntimeSettings(
-            self.settings_home, self.limiter, config.janitor.claim_timeout_seconds
+            self.settings_home,
+            self.limiter,
+            config.janitor.claim_timeout_seconds,
+            default_prefetch=config.broker.default_prefetch,
         )
         self.queue_config = QueueConfigWatcher(
             config.queue_config,
@@ -317,6 +367,7 @@ class App:
             self._start_http(metrics_socket)
         for thread in self._threads:
             thread.start()
+        self.start_broker()
 
     def _requires_durable(self, shard: str) -> bool:
         """`require_durable` of the backend section (with clusters: the cluster) of `shard`."""
@@ -467,4 +518,12 @@ class App:
             self.metrics_server.close()
             self.metrics_server = None
         self.handler.close()
+        self.release_broker()
         self.store.close()
+
+
+def _has_prefetch(store: ShardedBackend) -> bool:
+    """Whether every shard implements the broker's storage primitives."""
+    return all(
+        type(store.shard(name)).prefetch is not Shard.prefetch for name in store.shard_names()
+    )

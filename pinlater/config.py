@@ -182,6 +182,29 @@ class ShardingConfig:
 
 
 @dataclass(frozen=True)
+class BrokerConfig:
+    """The prefetching dequeue broker (pinlater/storage/broker/, pinlater/ops/partition_owner.py):
+    a server that owns a (queue, shard) partition through a lease keeps up to the queue's
+    `prefetch` jobs of it reserved in memory and serves dequeues from them."""
+
+    #: `prefetch` of a queue that has no setting of its own (0 = the broker is off for it)
+    default_prefetch: int = field(default=0, metadata=_range(0, 10_000))
+    #: a reserved job not handed out by then is given back by the janitor without an attempt
+    #: used (the crash case); buffered jobs are released well before (idle_seconds)
+    hold_seconds: float = field(default=30.0, metadata=_range(1, 3600))
+    #: a buffered job idle this long is released (back to PENDING at once); below hold_seconds
+    idle_seconds: float = field(default=10.0, metadata=_range(0.05, 3600))
+    #: a partition lease lasts this long unless renewed (a dead server's partitions move then)
+    lease_seconds: float = field(default=6.0, metadata=_range(0.5, 3600))
+    #: how often leases are renewed and ownership recomputed (well under lease_seconds)
+    renew_seconds: float = field(default=2.0, metadata=_range(0.05, 3600))
+    #: hand-outs are written behind in batches at most this long after the dequeue
+    write_behind_ms: int = field(default=5, metadata=_range(1, 1000))
+    #: a buffer is refilled once it holds fewer than this share of `prefetch`
+    low_water: float = field(default=0.5, metadata=_range(0, 1))
+
+
+@dataclass(frozen=True)
 class JanitorConfig:
     enabled: bool = True
     interval_seconds: float = field(default=10.0, metadata=_range(0.01, 86_400))
@@ -317,6 +340,7 @@ class Config:
     priorities: PrioritiesConfig = PrioritiesConfig()
     sharding: ShardingConfig = ShardingConfig()
     janitor: JanitorConfig = JanitorConfig()
+    broker: BrokerConfig = BrokerConfig()
     admin: AdminConfig = AdminConfig()
     dashboard: DashboardConfig = DashboardConfig()
     metrics: MetricsConfig = MetricsConfig()
@@ -460,6 +484,7 @@ def _build_config(
         except ValueError as exc:
             problems.append(f"admin.password_hash: {exc} (make one with `pinlater hash-password`)")
     _check_operating(config, problems)
+    _check_broker(config.broker, problems)
     _check_reply_room(config, problems)
     _check_tls(config.server.tls, problems)
     if config.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
@@ -471,6 +496,21 @@ def _build_config(
     if config.server.role not in ROLES:
         problems.append(f"server.role: {config.server.role!r} must be one of {', '.join(ROLES)}")
     return config
+
+
+def _check_broker(broker: BrokerConfig, problems: list[str]) -> None:
+    """A buffered job must be released well before its hold ends (the janitor would give it
+    back while this server could still hand it out), and leases renewed before they end."""
+    if broker.idle_seconds * 2 > broker.hold_seconds:
+        problems.append(
+            f"broker.idle_seconds: {broker.idle_seconds} must be at most half of "
+            f"broker.hold_seconds ({broker.hold_seconds})"
+        )
+    if broker.renew_seconds * 2 > broker.lease_seconds:
+        problems.append(
+            f"broker.renew_seconds: {broker.renew_seconds} must be at most half of "
+            f"broker.lease_seconds ({broker.lease_seconds})"
+        )
 
 
 def _check_operating(config: Config, problems: list[str]) -> None:

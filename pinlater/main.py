@@ -216,6 +216,7 @@ def run(config: Config, sock: socket.socket, metrics_sock: socket.socket | None 
     app.attach_server(server)
     if app.handler.longpoll is not None:
         server.drain_hooks.append(app.handler.longpoll.release_all)
+    server.drain_hooks.append(app.release_broker)  # buffered jobs back to PENDING at once
     install_signal_handlers(server)
     log.info("%s", describe(config, app, server.address))
     try:

@@ -491,9 +491,54 @@ def dequeue_path_metrics(store, longpoll) -> GaugeCollector:
                     value=0 if watcher is None else watcher.polls,
                 )
             )
+        broker = getattr(store, "broker", None)  # set after the registration
+        if broker is not None:
+            families += _broker_families(broker)
         return families
 
     return GaugeCollector(read)
+
+
+def _broker_families(broker) -> list:
+    """The prefetching broker (pinlater/storage/broker/): what it owns and holds now, what
+    its jobs became, and how its written-behind hand-outs fared."""
+    jobs = CounterMetricFamily(
+        "pinlater_broker_jobs",
+        "jobs the broker prefetched (reserved), served from its buffers, and released",
+        labels=["event"],
+    )
+    for event, value in (
+        ("prefetched", broker.prefetched),
+        ("served", broker.served),
+        ("released", broker.released),
+    ):
+        jobs.add_metric([event], value)
+    stats = broker.handouts.stats
+    handouts = CounterMetricFamily(
+        "pinlater_broker_handouts",
+        "hand-outs written behind: applied, refused (the reservation was gone), lost",
+        labels=["result"],
+    )
+    for result, value in (
+        ("written", stats.written),
+        ("refused", stats.refused),
+        ("lost", stats.lost),
+    ):
+        handouts.add_metric([result], value)
+    return [
+        GaugeMetricFamily(
+            "pinlater_broker_partitions_owned",
+            "(queue, shard) partitions this server's broker holds the lease of",
+            value=len(broker.owned()),
+        ),
+        GaugeMetricFamily(
+            "pinlater_broker_buffered_jobs",
+            "jobs held in the broker's buffers now",
+            value=broker.buffered(),
+        ),
+        jobs,
+        handouts,
+    ]
 
 
 def drain_gauges(

@@ -8,6 +8,7 @@ Queue config, YAML (the native form; unknown keys are errors):
       reports: {max_jobs_per_second: 0}      # 0 pauses the queue's dequeues
       orders: {unique_window_seconds: 3600}  # unique enqueue keys hold 1 h (default 24 h)
       thumbs: {partitions: 2}                 # lives on 2 shards (default: every shard)
+      clicks: {prefetch: 100}                 # a broker buffers 100 jobs per shard
       ledger: {fifo: true, fifo_in_flight: 1} # handed out in enqueue order (one shard)
       audits: {cluster: durable}              # lives in cluster `durable` (config `clusters:`)
       reports:                                # periodic jobs: see pinlater/ops/schedules.py
@@ -69,6 +70,9 @@ class QueueSettings:
     schedules: tuple[Schedule, ...] = ()
     #: shards the queue lives on (pinlater.storage.placement); None = every shard
     partitions: int | None = field(default=None, metadata={"range": (1, 10_000)})
+    #: jobs per (queue, shard) partition the broker keeps reserved in memory; 0 = off,
+    #: None = broker.default_prefetch (pinlater/storage/broker/)
+    prefetch: int | None = field(default=None, metadata={"range": (0, 10_000)})
     #: jobs handed out in enqueue order per priority, head-of-line blocking (docs/semantics.md
     #: `F-...`); implies one partition
     fifo: bool = False

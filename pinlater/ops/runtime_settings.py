@@ -48,7 +48,9 @@ FORMAT = 1
 #: compare-and-set attempts of one change before giving up (another server kept writing)
 WRITE_ATTEMPTS = 5
 #: the settings a change may set (None clears the stored value)
-SETTABLE = ("paused", "max_jobs_per_second", "claim_timeout_seconds")
+SETTABLE = ("paused", "max_jobs_per_second", "claim_timeout_seconds", "prefetch")
+#: the numeric settings, checked by `validate_values`
+NUMBERS = ("max_jobs_per_second", "claim_timeout_seconds", "prefetch")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class StoredQueue:
     paused: bool = False
     max_jobs_per_second: float | None = None
     claim_timeout_seconds: float | None = None
+    prefetch: int | None = None
     updated_at_ms: int = 0
     updated_by: str = ""
 
@@ -66,13 +69,14 @@ class StoredQueue:
             not self.paused
             and self.max_jobs_per_second is None
             and (self.claim_timeout_seconds is None)
+            and self.prefetch is None
         )
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"updated_at_ms": self.updated_at_ms, "updated_by": self.updated_by}
         if self.paused:
             out["paused"] = True
-        for key in ("max_jobs_per_second", "claim_timeout_seconds"):
+        for key in NUMBERS:
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out
@@ -112,20 +116,23 @@ def decode(document: bytes) -> dict[str, StoredQueue]:
 def _stored_queue(name: str, raw: Any) -> StoredQueue:
     if not isinstance(raw, dict):
         raise ValueError("not a mapping")
-    values = validate_values(
-        {k: raw.get(k) for k in ("max_jobs_per_second", "claim_timeout_seconds")}, name
-    )
+    values = validate_values({k: raw.get(k) for k in NUMBERS}, name)
     return StoredQueue(
         paused=raw.get("paused") is True,
         max_jobs_per_second=values.get("max_jobs_per_second"),
         claim_timeout_seconds=values.get("claim_timeout_seconds"),
+        prefetch=_whole(values.get("prefetch")),
         updated_at_ms=int(raw.get("updated_at_ms") or 0),
         updated_by=str(raw.get("updated_by") or "")[:200],
     )
 
 
+def _whole(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
 def validate_values(values: Mapping[str, Any], where: str) -> dict[str, float | None]:
-    """Rate limit / claim timeout values checked with the queue-config file's own rules
+    """Rate limit / claim timeout / prefetch values checked with the queue-config file's own rules
     (types and ranges of `QueueSettings`); None stays None. Raises InvalidRequest naming the
     field."""
     given = {k: v for k, v in values.items() if v is not None}
@@ -175,8 +182,10 @@ class RuntimeSettings:
         limiter: QueueRateLimiter,
         default_claim_timeout: float,
         clock: Callable[[], float] = time.time,
+        default_prefetch: int = 0,
     ):
         self._home = home
+        self._default_prefetch = default_prefetch
         self._limiter = limiter
         self._default_claim_timeout = default_claim_timeout
         self._clock = clock
@@ -299,6 +308,13 @@ class RuntimeSettings:
     def claim_timeout_for(self, queue: str) -> float:
         return self.effective(queue)["claim_timeout_seconds"]["value"]
 
+    def prefetch_for(self, queue: str) -> int:
+        """Jobs per partition the broker keeps for `queue` (0: the broker is off for it)."""
+        with self._lock:
+            stored = self._stored.queues.get(queue, StoredQueue()).prefetch
+            from_file = self._file.queues.get(queue, QueueSettings()).prefetch
+        return _layered(stored, from_file, self._default_prefetch)["value"]
+
     def paused(self, queue: str) -> bool:
         return self.effective(queue)["paused"]["value"]
 
@@ -326,6 +342,7 @@ class RuntimeSettings:
             "paused": paused,
             "max_jobs_per_second": rate,
             "claim_timeout_seconds": timeout,
+            "prefetch": _layered(stored.prefetch, from_file.prefetch, self._default_prefetch),
             # file-only settings (unique keys, periodic jobs): shown, not settable here
             "unique_window_seconds": _layered(
                 None, from_file.unique_window_seconds, DEFAULT_UNIQUE_WINDOW_SECONDS
@@ -370,4 +387,5 @@ def _updated(
         paused=bool(updates["paused"]) if "paused" in updates else old.paused,
         max_jobs_per_second=numbers.get("max_jobs_per_second", old.max_jobs_per_second),
         claim_timeout_seconds=numbers.get("claim_timeout_seconds", old.claim_timeout_seconds),
+        prefetch=_whole(numbers["prefetch"]) if "prefetch" in numbers else old.prefetch,
     )

@@ -29,6 +29,7 @@ from pinlater.errors import (
     ShardConnectionFailed,
     ShardFull,
 )
+from pinlater.storage.broker.broker import Broker
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import Backend, BodyFilter, ByteBudget, Shard, ShardSpec
 from pinlater.storage.descriptors import MAX_LOCAL_ID, JobDescriptor
@@ -94,6 +95,9 @@ class ShardedBackend:
     reload_check: Callable[[Sequence[ShardSpec], frozenset[str]], None] | None = None
     #: told after every applied reload (a ClusterRouter: which cluster owns which shard)
     on_reloaded: Callable[[], None] | None = None
+    #: the prefetching broker (pinlater/storage/broker/), asked first by every dequeue step;
+    #: None = off (set by the composition root)
+    broker: Broker | None = None
 
     def __init__(
         self,
@@ -139,6 +143,7 @@ class ShardedBackend:
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="shard-fanout")
         #: which shards each partitioned queue lives on (pinlater/storage/placement.py)
         self.placement = Placement()
+        self.broker = None
         self.placement.shards_changed(specs)
         #: the FIFO queues and their in-flight caps (pinlater/storage/fifo.py)
         self.fifo = FifoQueues()
@@ -338,6 +343,8 @@ class ShardedBackend:
         return list(seen.values())
 
     def close(self) -> None:
+        if self.broker is not None:  # buffered jobs go back to PENDING while shards are open
+            self.broker.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         for shard in self._all_shards():
             shard.close()
@@ -577,6 +584,7 @@ class ShardedBackend:
         names = self._examined(coverage, self.placement.dequeue_shards(queue))
         healthy = [n for n in names if self.health.is_healthy(n)]
         claim = None if dry_run else new_claim(source)
+        acks = self._broker_first(queue, acks, claim)
         lead = self._piggyback_lead(queue, acks, healthy, claim)  # applies acks that can't ride
         if not healthy:
             raise NoHealthyShards(f"no healthy shard to dequeue from (examined {names})")
@@ -594,6 +602,22 @@ class ShardedBackend:
                 break
             run.sweep(priority, healthy)
         return run.result(healthy)
+
+    def _broker_first(self, queue: str, acks, claim: str | None):
+        """With the broker on: note the demand, write pending hand-outs before acks are
+        applied, and apply acks on their own (not riding with a storage dequeue, which would
+        go ahead of the buffer). Returns the acks still to apply."""
+        broker = self.broker
+        if broker is None:
+            return acks
+        if claim is not None:
+            broker.note_demand(queue)
+        if acks is not None:
+            broker.flush_for(queue, _refs(acks[0], acks[1]))
+            if (acks[0] or acks[1]) and broker.owned():
+                self.ack(queue, *acks)
+                return None
+        return acks
 
     def _examined(self, coverage: float, among: Sequence[str] | None = None) -> list[str]:
         """The shards a dequeue examines: a random `coverage` share of them (of `among`, the
@@ -637,6 +661,8 @@ class ShardedBackend:
         self, queue: str, succeeded: Sequence[tuple[str, Ack]], failed: Sequence[tuple[str, Ack]]
     ) -> int:
         """Apply acks grouped per shard (one call each); returns how many applied."""
+        if self.broker is not None:  # a job this server handed out is IN_PROGRESS first
+            self.broker.flush_for(queue, _refs(succeeded, failed))
         by_shard: dict[str, tuple[list[Ack], list[Ack]]] = defaultdict(lambda: ([], []))
         for name, ack in succeeded:
             by_shard[name][0].append(ack)
@@ -654,6 +680,8 @@ class ShardedBackend:
         return sum(applied.values())
 
     def checkpoint(self, queue: str, checkpoints: Sequence[tuple[str, Checkpoint]]) -> int:
+        if self.broker is not None:
+            self.broker.flush_for(queue, _refs(checkpoints))
         by_shard: dict[str, list[Checkpoint]] = defaultdict(list)
         for name, checkpoint in checkpoints:
             self.shard(name)
@@ -836,6 +864,29 @@ class _DequeueRun:
             raise QueueNotFound(self.queue)
 
     def _step(self, priority: int, name: str) -> None:
+        broker = self.store.broker
+        if broker is None:
+            self._storage_step(priority, name)
+            return
+        if self._take_buffered(broker, priority, name):
+            return
+        lock = broker.partition_lock(self.queue, name)  # None: not a partition it owns
+        if lock is None:
+            self._storage_step(priority, name)
+            return
+        with lock:  # no refill runs now: a job it reserves is in the buffer, not in between
+            if not self._take_buffered(broker, priority, name):
+                self._storage_step(priority, name)
+
+    def _take_buffered(self, broker: Broker, priority: int, name: str) -> bool:
+        """Take the broker's buffered jobs of the partition at `priority` (older than what
+        storage still holds); whether the dequeue is done."""
+        jobs = broker.serve(self.queue, name, priority, self.need, self.claim, self.budget)
+        if jobs:
+            self.add(name, jobs, step=(priority, name))
+        return self.done
+
+    def _storage_step(self, priority: int, name: str) -> None:
         queue, need, claim, budget = self.queue, self.need, self.claim, self.budget
         empty = self.empty
         if empty.enabled and empty.skip(queue, name, priority):
@@ -863,6 +914,11 @@ class _DequeueRun:
         ):
             raise failure
         return self.got
+
+
+def _refs(*groups: Sequence[tuple[str, Ack | Checkpoint]]) -> list[tuple[str, int, int]]:
+    """(shard, priority, local_id) of acks or checkpoints."""
+    return [(name, item.priority, item.local_id) for group in groups for name, item in group]
 
 
 def _reusable(old: _ShardSet, specs: Sequence[ShardSpec]) -> dict[str, Shard]:

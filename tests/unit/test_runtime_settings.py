@@ -159,3 +159,27 @@ def test_an_unhealthy_home_shard_is_not_called(store):
     store.health.forget("1")
     settings.change("q", {"paused": None}, "tester")
     assert not limiter.paused("q")
+
+
+def test_prefetch_is_stored_then_file_then_the_configured_default(store):
+    limiter = QueueRateLimiter()
+    settings = RuntimeSettings(SettingsHome(store), limiter, 600.0, default_prefetch=5)
+    settings.poll()
+    assert settings.prefetch_for("q") == 5
+    settings.file_changed(QueueConfig({"q": QueueSettings(prefetch=20)}), servers=1)
+    assert settings.prefetch_for("q") == 20 and settings.prefetch_for("other") == 5
+    settings.change("q", {"prefetch": 0}, "tester")
+    assert settings.prefetch_for("q") == 0, "a stored 0 turns the broker off for the queue"
+    assert settings.effective("q")["prefetch"] == {
+        "value": 0,
+        "source": "stored",
+        "stored": 0,
+        "file": 20,
+    }
+    other, _ = server(store)
+    assert other.prefetch_for("q") == 0, "another server reads the stored value"
+    for bad in (-1, 10_001, 2.5, "8", True):
+        with pytest.raises(InvalidRequest, match="prefetch"):
+            settings.change("q", {"prefetch": bad}, "tester")
+    settings.change("q", {"prefetch": None}, "tester")
+    assert settings.prefetch_for("q") == 20, "cleared: back to the file"

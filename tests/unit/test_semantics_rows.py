@@ -29,6 +29,7 @@ PREFIXES = {
     "E": "Errors",
     "D": "Dequeue order and limits",
     "W": "Long-poll dequeue",
+    "R": "Prefetching broker: server",
     "F": "FIFO queues",
     "B": "Bodies, statuses, times",
     "I": "Descriptors and ids",
