@@ -350,6 +350,7 @@ class Worker:
         """Decide the next dequeue or ack flush; dequeues run on `calls` (several at once
         while prefetching, see worker_sdk/slots.py), each holding a reservation of its size."""
         while True:
+            prefetching = False
             with self._cond:
                 action, size = self._next_action()
                 if action == "stop":
@@ -358,13 +359,15 @@ class Worker:
                 if action == "dequeue":
                     self._reserved += size
                     self._dequeues_in_flight += 1
+                    prefetching = self._slots.prefetch() > 0
             if action == "dequeue":
-                calls.submit(self._dequeue_call, size, acks)
+                calls.submit(self._dequeue_call, size, acks, prefetching)
             else:
                 self._send_acks(acks)
 
-    def _dequeue_call(self, limit: int, acks: tuple[list, list]) -> None:
-        """One dequeue on a call thread; its reservation ends once its jobs are in hand."""
+    def _dequeue_call(self, limit: int, acks: tuple[list, list], prefetching: bool) -> None:
+        """One dequeue on a call thread; its reservation ends once its jobs are in hand. A full
+        answer to a prefetching call means a backlog: the next calls may overlap."""
         received = 0
         try:
             received = self._dequeue(limit, acks)
@@ -375,7 +378,7 @@ class Worker:
             with self._cond:
                 self._reserved -= limit
                 self._dequeues_in_flight -= 1
-                self._pipelined = received >= limit > self.concurrency
+                self._pipelined = prefetching and received >= limit
                 self._cond.notify_all()
 
     def _next_action(self) -> tuple[str, int]:
