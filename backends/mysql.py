@@ -28,8 +28,10 @@ Dialect choices (the rest is `sql_base.SQLShard`; these are its hooks):
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -71,7 +73,17 @@ _STATEMENT_SLACK = 64 * 1024
 #: sessions' lock wait, mysql_pool.lock_wait_seconds): the calls on that queue queue up behind
 #: a waiting DDL, so its wait is kept short; a DDL that gives up fails with a QueueBusy
 DDL_LOCK_WAIT = 2
+#: seconds a FIFO dequeue waits for its queue's named lock (backends/sql_fifo.py)
+FIFO_LOCK_WAIT = 2
+#: ER_DUP_KEYNAME: another server added the fifo index first (what counts is that it exists)
+DUPLICATE_KEY_NAME = 1061
+_FIFO_INDEX_LOCK = threading.Lock()
 _PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9]{0,15}", re.ASCII)
+#: a column or index another server added first (see _add_reserve_columns)
+_DUPLICATE = re.compile(r"MySQL error 106[01]\b")
+_JOB_TABLE = re.compile(r"jobs_p[0-9]+", re.ASCII)
+#: a statement met a job table made before the prefetching broker (see _add_reserve_columns)
+_NO_RESERVE_COLUMN = re.compile(r"MySQL error 1054\b.*reserved_until")
 _VALUES_PARAM = re.compile(r"%\((\w+)\)s")
 
 
@@ -234,7 +246,9 @@ class MySQLShard(SQLShard):
         self._db_name = re.compile(re.escape(self._db_prefix) + r"([A-Za-z0-9_]+)", re.ASCII)
         #: <prefix>_<shard>: the shard's own database (runtime queue settings), never a queue's
         self.settings_table = (f"{spec.database_prefix}_{spec.name}", "settings")
+        self.lease_table = (f"{spec.database_prefix}_{spec.name}", "leases")
         self._settings_ready = False
+        self._leases_ready = False
 
     # ---- identifiers: the ONE place queue names become database/table names ----
     def database(self, queue: str) -> str:
@@ -316,12 +330,42 @@ class MySQLShard(SQLShard):
         try:
             with self._connected_transaction(read_only) as cur:
                 yield cur
+        except ShardError as exc:
+            if not _NO_RESERVE_COLUMN.search(str(exc)):
+                raise
+            self._add_reserve_columns()
+            raise QueueBusy(
+                self.name, "gave job tables their reserved_until column; retry"
+            ) from exc
         except QueueNotFound as exc:
             if self._create_missing_tables(exc.queue):
                 raise QueueBusy(
                     self.name, f"created missing job tables of queue {exc.queue!r}; retry"
                 ) from exc
             raise
+
+    def _add_reserve_columns(self) -> None:
+        """Give the shard's job tables made before the prefetching broker (or by an older
+        server since) their reserved_until column and index, online, when a statement found
+        one without it (1054): the call then fails with a QueueBusy, which the layer above
+        retries, as for missing tables. Nothing is read while every table has it. Another
+        server doing the same at once makes a duplicate (1060, 1061): done, either way."""
+        pattern = self._db_prefix.replace("_", "\\_") + "%"
+        [tables, done] = self._ddl(
+            [self.queries.render("stats_tables"), self.queries.render("reserved_tables")],
+            {"pattern": pattern},
+        )
+        have = {(db, table) for db, table in done}
+        for db, table in tables:
+            if (db, table) in have or not _JOB_TABLE.fullmatch(table) or not self._queue_of(db):
+                continue
+            try:
+                self._ddl([self.queries.render("add_reserve_column", table=(db, table))])
+            except QueueNotFound:
+                pass  # deleted meanwhile
+            except ShardError as exc:  # QueueBusy included: the retried call tries again
+                if not _DUPLICATE.search(str(exc)):
+                    raise
 
     def _create_missing_tables(self, queue: str) -> bool:
         """CREATE TABLE IF NOT EXISTS for every priority of a queue that exists: never the
@@ -406,6 +450,97 @@ class MySQLShard(SQLShard):
 
     def _write(self):
         return self._transaction(read_only=False)
+
+    @contextmanager
+    def _fifo_transaction(self, queue: str) -> Iterator[Any]:
+        """A FIFO dequeue's write transaction (backends/sql_fifo.py) inside the queue's named
+        lock (GET_LOCK, per MySQL instance): taken on the transaction's own connection before
+        it begins, released after it committed (or failed), so the next holder, on any server,
+        reads what this one wrote. The server frees the lock of a session that dies. A lock
+        not obtained within FIFO_LOCK_WAIT seconds is a QueueBusy (retried above). Missing job
+        tables are created as for any call (`_transaction`)."""
+        try:
+            with self._fifo_locked(queue) as cur:
+                yield cur
+        except QueueNotFound as exc:
+            if self._create_missing_tables(exc.queue):
+                raise QueueBusy(
+                    self.name, f"created missing job tables of queue {exc.queue!r}; retry"
+                ) from exc
+            raise
+
+    @contextmanager
+    def _fifo_locked(self, queue: str) -> Iterator[Any]:
+        """`_fifo_transaction` without the repair of missing tables."""
+        name = fifo_lock_name(self.database(queue))
+        with self._connection() as conn:
+            cur = conn.cursor()
+            try:
+                cur.execute("SELECT GET_LOCK(%s, %s)", (name, FIFO_LOCK_WAIT))
+                if cur.fetchone()[0] != 1:
+                    raise QueueBusy(self.name, f"FIFO lock of queue {queue!r} is busy; retry")
+            except pymysql.err.Error as exc:
+                raise self._translate(exc) from exc
+            finally:
+                cur.close()
+            try:
+                with self._transaction_on(conn) as tx:
+                    yield tx
+            finally:
+                _release_lock(conn, name)
+
+    @contextmanager
+    def _transaction_on(self, conn: Any) -> Iterator[Any]:
+        """A write transaction on `conn` (as `_connected_transaction`, on a held connection)."""
+        cur = conn.cursor()
+        try:
+            conn.begin()
+            with cur.no_failover():
+                yield cur
+            commit(conn)
+        except pymysql.err.Error as exc:
+            end_failed(conn)
+            raise self._translate(exc) from exc
+        except BaseException:
+            end_failed(conn)
+            raise
+        finally:
+            cur.close()
+
+    def _ensure_fifo_index(self, queue: str) -> None:
+        """ALTER TABLE ... ADD INDEX fifo on the job tables that lack it, the first time this
+        shard object serves the queue (delete_queue forgets it; a queue deleted and created
+        again through another server keeps working here, its heads read without the index).
+        Another server adding it at the same time is fine: what counts is that it exists."""
+        db = self.database(queue)
+        done = self._fifo_indexed()
+        if db in done:
+            return
+        with _FIFO_INDEX_LOCK:  # one ALTER per table from this process, not one per request
+            if db in done:
+                return
+            tables = [f"jobs_p{p}" for p in range(1, self.limits.num_priorities + 1)]
+            for table in self._without_fifo_index(db, tables):
+                try:
+                    self._ddl([self.queries.render("create_fifo_index", table=(db, table))])
+                except ShardError as exc:
+                    if _error_code(exc) != DUPLICATE_KEY_NAME:
+                        raise
+            done.add(db)
+
+    def _without_fifo_index(self, db: str, tables: Sequence[str]) -> list[str]:
+        """The tables of `tables` in `db` without the fifo index."""
+        sql = self.queries.render("fifo_index_exists")
+        missing = []
+        with self._read() as cur:
+            for table in tables:
+                cur.execute(sql, {"db": db, "table_name": table})
+                if not cur.fetchone()[0]:
+                    missing.append(table)
+        return missing
+
+    def _fifo_row_lock(self) -> str:
+        return "FOR UPDATE"
 
     def _read(self):
         return self._transaction(read_only=True)
@@ -514,6 +649,7 @@ class MySQLShard(SQLShard):
         now empty database, then drop the moved tables one by one (see schema.sql). Each step
         waits at most DDL_LOCK_WAIT for the queue's in-flight calls; nothing else waits."""
         db = self.database(queue)
+        self._fifo_indexed().discard(db)
         moved = self._move_to_trash(db)
         self._ddl([self.queries.render("drop_database", db=(db,))])
         self._drop_trash(moved)
@@ -565,6 +701,18 @@ class MySQLShard(SQLShard):
             ]
         )
         self._settings_ready = True
+
+    def _ensure_leases(self) -> None:
+        if self._leases_ready:
+            return
+        db, table = self.lease_table
+        self._ddl(
+            [
+                self.queries.render("create_settings_database", db=(db,)),
+                self.queries.render("create_leases", table=(db, table)),
+            ]
+        )
+        self._leases_ready = True
 
     def queue_names(self) -> set[str]:
         pattern = self._db_prefix.replace("_", "\\_") + "%"
@@ -695,3 +843,33 @@ def _packet_chunks(rows: list[dict[str, Any]], budget: int) -> Iterator[list[dic
         size += row_size
     if chunk:
         yield chunk
+
+
+def fifo_lock_name(database: str) -> str:
+    """The named lock of a FIFO queue's dequeues: one per queue database (so per shard and
+    queue), short enough for any server (MySQL allows 64 characters)."""
+    digest = hashlib.blake2b(database.encode("utf-8"), digest_size=12).hexdigest()
+    return f"pinlater_fifo_{digest}"
+
+
+def _release_lock(conn: Any, name: str) -> None:
+    """RELEASE_LOCK on `conn`; a connection that failed has lost the lock with its session
+    (and is dropped by the pool), so an error here is ignored."""
+    try:
+        cur = conn.cursor()
+        try:
+            cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+            cur.fetchall()
+        finally:
+            cur.close()
+    except Exception:  # noqa: BLE001 - see the docstring
+        pass
+
+
+def _error_code(exc: BaseException) -> int | None:
+    """The MySQL error code behind a translated error (its cause), if any."""
+    cause = exc.__cause__
+    if isinstance(cause, pymysql.err.MySQLError) and cause.args:
+        code = cause.args[0]
+        return code if isinstance(code, int) else None
+    return None

@@ -31,10 +31,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from backends import redis_keys as keys
+from backends import redis_resp as resp
 from backends.redis_scripts import Scripts
 from backends.shared_pools import SharedPools
 from pinlater.storage.acks import AckOutcome, group_acks
 from pinlater.storage.contract import (
+    MAX_LEASES_LISTED,
     Backend,
     BodyFilter,
     ByteBudget,
@@ -43,6 +45,11 @@ from pinlater.storage.contract import (
     StorageLimits,
 )
 from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
+from pinlater.storage.leases import (
+    LEASE_FORGOTTEN_AFTER_MS,
+    LEASES_FORGOTTEN_PER_CALL,
+    check_lease,
+)
 from pinlater.storage.ledger import LedgerBook, book_from
 from pinlater.storage.models import (
     AGED_STATES,
@@ -213,16 +220,15 @@ class RedisShard(Shard):
 
     def _evalsha_all(self, calls: list[tuple[str, list]]) -> list[Any]:
         """EVALSHAs in one write on one pooled connection, without redis-py's per-command
-        layers (retry wrapper, response callbacks, observability: about 40 us a call here).
+        layers (retry wrapper, response callbacks, observability: about 40 us a call here)
+        and encoded by backends/redis_resp.py, not redis-py's packer.
         Every reply is read, an error reply as its ResponseError in its place. As redis-py
         does, a connection that failed mid-call is disconnected before it goes back to the
         pool, so no half-read reply can reach the next caller."""
         conn = self._pool.get_connection()
         try:
             conn.send_packed_command(
-                conn.pack_commands(
-                    [("EVALSHA", sha, 1, self._registry, *args) for sha, args in calls]
-                )
+                [b"".join([resp.evalsha(sha, self._registry, args) for sha, args in calls])]
             )
             replies = []
             for _ in calls:
@@ -289,39 +295,16 @@ class RedisShard(Shard):
 
     # ---- jobs ----
     def enqueue(self, queue: str, jobs: Sequence[NewJob]) -> list[int]:
-        args: list[Any] = [queue, self._prefix(queue), self._offset(), len(jobs)]
-        cap = self.limits.status_cap
-        for job in jobs:
-            args += [
-                job.priority,
-                "" if job.run_after_ms is None else int(job.run_after_ms),
-                job.attempts_allowed,
-                _encode_text(job.custom_status[:cap]),
-                job.body,
-            ]
-        return [int(i) for i in self._run(self._scripts.enqueue, queue, args)]
+        args = [queue, self._prefix(queue), self._offset(), len(jobs)]
+        packed = resp.job_args(jobs, self.limits.status_cap, keyed=False)
+        return [int(i) for i in self._run(self._scripts.enqueue, queue, [*args, packed])]
 
     def enqueue_keyed(
         self, queue: str, jobs: Sequence[NewJob], unique_window_ms: int
     ) -> list[Enqueued]:
-        args: list[Any] = [
-            queue,
-            self._prefix(queue),
-            self._offset(),
-            int(unique_window_ms),
-            len(jobs),
-        ]
-        cap = self.limits.status_cap
-        for job in jobs:
-            args += [
-                job.priority,
-                "" if job.run_after_ms is None else int(job.run_after_ms),
-                job.attempts_allowed,
-                _encode_text(job.custom_status[:cap]),
-                job.body,
-                job.unique_key or "",
-            ]
-        flat = self._run(self._scripts.enqueue_keyed, queue, args)
+        args = [queue, self._prefix(queue), self._offset(), int(unique_window_ms), len(jobs)]
+        packed = resp.job_args(jobs, self.limits.status_cap, keyed=True)
+        flat = self._run(self._scripts.enqueue_keyed, queue, [*args, packed])
         return [
             Enqueued(int(flat[i]), int(flat[i + 1]), flat[i + 2] == b"1")
             for i in range(0, len(flat), 3)
@@ -365,6 +348,130 @@ class RedisShard(Shard):
             self._scripts.dequeue, queue, self._dequeue_args(queue, priority, limit, claim, budget)
         )
         return _dequeued(flat, priority, claim)
+
+    def prefetch(
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        hold_ms: int,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        """dequeue.lua with a hold: the jobs go to :rsv (deadline) instead of ua1."""
+        if limit <= 0:
+            self._check_queue(queue)
+            return []
+        args = [*self._dequeue_args(queue, priority, limit, claim, budget), max(int(hold_ms), 0)]
+        return _dequeued(self._run(self._scripts.dequeue, queue, args), priority, claim)
+
+    def hand_out(
+        self,
+        queue: str,
+        priority: int,
+        jobs: Sequence[tuple[int, str]],
+        claim: str | None = None,
+    ) -> int:
+        return self._end_reservations(queue, priority, "H", claim or "", jobs)
+
+    def release(self, queue: str, priority: int, jobs: Sequence[tuple[int, str]]) -> int:
+        return self._end_reservations(queue, priority, "R", "", jobs)
+
+    def _end_reservations(
+        self, queue: str, priority: int, mode: str, claim: str, jobs: Sequence[tuple[int, str]]
+    ) -> int:
+        """reservations.lua: one script call for the whole batch."""
+        args: list[Any] = [queue, self._prefix(queue), self._offset(), priority, mode, claim]
+        for local_id, held in jobs:
+            args += [keys.id19(local_id), held]
+        return int(self._run(self._scripts.reservations, queue, args))
+
+    # ---- leases ----
+    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+        check_lease(name, owner, ttl_ms)
+        args = [keys.lease_key(self.name), name, owner, self._offset(), int(ttl_ms)]
+        return int(self._run(self._scripts.lease_take, None, args)) == 1
+
+    def release_lease(self, name: str, owner: str) -> bool:
+        check_lease(name, owner)
+        args = [keys.lease_key(self.name), name, owner]
+        return int(self._run(self._scripts.lease_drop, None, args)) == 1
+
+    def live_leases(self, prefix: str) -> dict[str, str]:
+        if prefix:
+            check_lease(prefix)
+        args = [
+            keys.lease_key(self.name),
+            prefix,
+            self._offset(),
+            MAX_LEASES_LISTED,
+            LEASE_FORGOTTEN_AFTER_MS,
+            LEASES_FORGOTTEN_PER_CALL,
+        ]
+        flat = self._run(self._scripts.lease_list, None, args)
+        return {_decode_text(flat[i]): _decode_text(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+    def dequeue_fifo(
+        self,
+        queue: str,
+        limit: int,
+        in_flight_cap: int,
+        claim: str | None,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        """dequeue_fifo.lua: the count, the heads and the claims in one script call."""
+        if limit <= 0:
+            self._check_queue(queue)
+            return []
+        args = self._fifo_args(queue, limit, in_flight_cap, claim, budget)
+        return _fifo_dequeued(self._run(self._scripts.dequeue_fifo, queue, args), claim)
+
+    def ack_and_dequeue_fifo(
+        self,
+        queue: str,
+        succeeded: Sequence[Ack],
+        failed: Sequence[Ack],
+        limit: int,
+        in_flight_cap: int,
+        claim: str,
+        budget: ByteBudget | None = None,
+    ) -> tuple[int, list[DequeuedJob]]:
+        """ack.lua then dequeue_fifo.lua sent together: one round trip (as ack_and_dequeue)."""
+        if limit <= 0:
+            return super().ack_and_dequeue_fifo(
+                queue, succeeded, failed, limit, in_flight_cap, claim, budget
+            )
+        applied, flat = self._run_all(
+            queue,
+            [
+                (self._scripts.ack, self._ack_args(queue, succeeded, failed)),
+                (
+                    self._scripts.dequeue_fifo,
+                    self._fifo_args(queue, limit, in_flight_cap, claim, budget),
+                ),
+            ],
+        )
+        return int(applied), _fifo_dequeued(flat, claim)
+
+    def _fifo_args(
+        self,
+        queue: str,
+        limit: int,
+        in_flight_cap: int,
+        claim: str | None,
+        budget: ByteBudget | None,
+    ) -> list[Any]:
+        return [
+            queue,
+            self._prefix(queue),
+            self._offset(),
+            self.limits.num_priorities,
+            limit,
+            claim or "",
+            in_flight_cap,
+            *self._budget_args(budget),
+            self.limits.body_cap,
+        ]
 
     def ack(self, queue: str, succeeded: Sequence[Ack], failed: Sequence[Ack]) -> int:
         return int(self._run(self._scripts.ack, queue, self._ack_args(queue, succeeded, failed)))
@@ -638,8 +745,8 @@ class RedisShard(Shard):
             int(claim_timeout_ms),
             max(int(limit), 0),
         ]
-        retried, failed = self._run(self._scripts.reclaim, queue, args)
-        return ReclaimCounts(retried=int(retried), failed=int(failed))
+        retried, failed, released = self._run(self._scripts.reclaim, queue, args)
+        return ReclaimCounts(retried=int(retried), failed=int(failed), released=int(released))
 
     def purge(self, queue: str, priority: int, state: JobState, ttl_ms: int, limit: int) -> int:
         if state not in (JobState.SUCCEEDED, JobState.FAILED):
@@ -776,6 +883,16 @@ def _dequeued(flat: Sequence[Any], priority: int, claim: str) -> list[DequeuedJo
     ]
 
 
+def _fifo_dequeued(flat: Sequence[Any], claim: str | None) -> list[DequeuedJob]:
+    """dequeue_fifo.lua's reply (priority, id, body, attempts allowed, remaining per job)."""
+    return [
+        new_dequeued_job(
+            int(flat[i]), int(flat[i + 1]), flat[i + 2], int(flat[i + 3]), int(flat[i + 4]), claim
+        )
+        for i in range(0, len(flat), 5)
+    ]
+
+
 def _body(record: JobRecord) -> bytes:
     return record.body or b""
 
@@ -831,13 +948,15 @@ def _queue_stats(
             continue
         stats = QueueStats(now_ms=now, counts={}, oldest_update={})
         for priority in range(1, priorities + 1):
-            row, at = values[at : at + 11], at + 11
+            row, at = values[at : at + 12], at + 12
             for i, state in enumerate(JobState):
                 stats.counts[(priority, state, False)] = row[2 * i]
                 stats.counts[(priority, state, True)] = row[2 * i + 1]
-            for state, oldest in zip(AGED_STATES, row[8:], strict=True):
+            for state, oldest in zip(AGED_STATES, row[8:11], strict=True):
                 if oldest >= 0:
                     stats.oldest_update[(priority, state)] = oldest
+            if row[11] >= 0:
+                stats.first_reserve_expiry[priority] = row[11]
         expiry, at = values[at], at + 1
         found[queue] = replace(stats, first_key_expiry=expiry if expiry >= 0 else None)
     return found

@@ -7,8 +7,15 @@ key starts with the shard name):
     pl:<shard>:settings                 HASH   version, doc: the runtime queue settings
                                                (pinlater/ops/runtime_settings.py; only on the
                                                first shard of the map)
+    pl:<shard>:leases                   HASH   lease name -> '<expires_at ms>|<owner>': the
+                                               prefetching broker's leases (names and owners
+                                               are validated printable ASCII, hash fields)
     pl:<shard>:q:<queue>:p<n>:seq       STRING id counter of priority n (INCR); local ids are
                                                unique per queue, shard and priority
+    pl:<shard>:q:<queue>:p<n>:fh        STRING a FIFO queue's mark (dequeue_fifo.lua): every
+                                               id below it is gone, SUCCEEDED or FAILED
+                                               (retry_failed.lua lowers it); no other
+                                               queue has one
     pl:<shard>:q:<queue>:p<n>:b         HASH   id19 -> body (bytes)
     pl:<shard>:q:<queue>:p<n>:m         HASH   id19 -> meta 's|aa|ar|ca|ra|ua|cl': state
                                                (0..3), attempts allowed/remaining, created_at,
@@ -25,6 +32,10 @@ key starts with the shard name):
                                                updated_at ms, member id19): claim expiry
                                                (IN_PROGRESS), purge TTL (SUCCEEDED/FAILED),
                                                retryFailedJobs oldest-first (FAILED)
+    pl:<shard>:q:<queue>:p<n>:rsv       ZSET   id19, score the deadline ms, of the jobs a
+                                               prefetching broker reserved: IN_PROGRESS (ra1,
+                                               the meta's claim) without a ua1 entry, so the
+                                               claim timeout does not apply, only the deadline
     pl:<shard>:q:<queue>:uk             HASH   unique key -> 'prio|id|expires_at' of the job
                                                holding it (the key is validated printable
                                                ASCII, and a hash field, never part of a key)
@@ -37,7 +48,8 @@ key starts with the shard name):
 Jobs are fields of per-priority column hashes rather than a hash each, so enqueue, dequeue and
 ack read and write a whole batch with one variadic HMGET/HSET per column (a Lua redis.call costs
 microseconds; one per job dominated the scripts), and deleting a queue is UNLINK of a fixed set
-of keys. Every job is in exactly one ra<s> index (and, outside PENDING, the matching ua<s>).
+of keys. Every job is in exactly one ra<s> index (and, outside PENDING, the matching ua<s>, or
+:rsv for a reserved job).
 `id19` is the local id zero-padded to 19 digits; `ra16` is run_after + RA_OFFSET zero-padded to
 16 digits (run_after saturates to [RA_MIN, RA_MAX], far outside any real timestamp, so Lua
 doubles stay exact).
@@ -85,6 +97,10 @@ def registry_key(shard: str) -> str:
 
 def settings_key(shard: str) -> str:
     return f"{KEY_ROOT}:{_check(_SHARD, 'shard', shard)}:settings"
+
+
+def lease_key(shard: str) -> str:
+    return f"{KEY_ROOT}:{_check(_SHARD, 'shard', shard)}:leases"
 
 
 def queue_prefix(shard: str, queue: str) -> str:

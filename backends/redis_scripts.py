@@ -50,6 +50,7 @@ class Scripts:
     enqueue: Script
     enqueue_keyed: Script
     dequeue: Script
+    dequeue_fifo: Script
     ack: Script
     checkpoint: Script
     lookup: Script
@@ -65,6 +66,10 @@ class Scripts:
     purge_keys: Script
     ledger: Script
     queue_stats: Script
+    reservations: Script
+    lease_take: Script
+    lease_drop: Script
+    lease_list: Script
 
     def __init__(self, client: redis.Redis):
         for name in SCRIPT_NAMES:

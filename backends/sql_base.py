@@ -46,10 +46,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backends import sql_fifo
 from pinlater.storage.acks import AckGroup, AckOutcome, group_acks
 from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
-from pinlater.storage.contract import DELETE_STEP, BodyFilter, ByteBudget, Shard
+from pinlater.storage.contract import (
+    DELETE_STEP,
+    MAX_LEASES_LISTED,
+    BodyFilter,
+    ByteBudget,
+    Shard,
+)
 from pinlater.storage.errors import QueueBusy, QueueNotFound, ShardError
+from pinlater.storage.leases import (
+    LEASE_FORGOTTEN_AFTER_MS,
+    LEASES_FORGOTTEN_PER_CALL,
+    check_lease,
+)
 from pinlater.storage.ledger import COUNTERS, LedgerBook, book_from, deltas
 from pinlater.storage.models import (
     AGED_STATES,
@@ -545,16 +557,108 @@ class SQLShard(Shard):
         claim: str | None,
         budget: ByteBudget | None = None,
     ) -> list[DequeuedJob]:
+        return self._take(queue, priority, limit, claim, budget, None)
+
+    def prefetch(
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        hold_ms: int,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        """A dequeue whose claim_by_ids sets the reservation deadline: the same statements."""
+        return self._take(queue, priority, limit, claim, budget, max(int(hold_ms), 0))
+
+    def _take(
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str | None,
+        budget: ByteBudget | None,
+        hold_ms: int | None,
+    ) -> list[DequeuedJob]:
+        """dequeue (hold_ms None) and prefetch (reserved for hold_ms)."""
         with self._read() if claim is None else self._write() as cur:
             table = self._job_table(cur, queue, priority)
             lock = "" if claim is None else self._claim_lock(cur)
             rows = _fitting(self._eligible(cur, table, limit, budget, lock), budget)
             if claim is not None:
-                self._claim(cur, table, rows, claim)
+                self._claim(cur, table, rows, claim, hold_ms)
             rows = self._with_bodies(cur, table, rows)
             if claim is not None:
                 self._book(cur, queue, dequeued=len(rows))
         return [new_dequeued_job(priority, r[0], bytes(r[1]), r[3], r[4], claim) for r in rows]
+
+    def hand_out(
+        self,
+        queue: str,
+        priority: int,
+        jobs: Sequence[tuple[int, str]],
+        claim: str | None = None,
+    ) -> int:
+        """One hand_out_by_ids per prefetch claim (usually one: one statement, clocked)."""
+        return self._end_reservations(queue, priority, jobs, "hand_out_by_ids", claim)
+
+    def release(self, queue: str, priority: int, jobs: Sequence[tuple[int, str]]) -> int:
+        """One release_by_ids per prefetch claim (usually one: one statement, clocked)."""
+        return self._end_reservations(queue, priority, jobs, "release_by_ids", None)
+
+    def _end_reservations(
+        self,
+        queue: str,
+        priority: int,
+        jobs: Sequence[tuple[int, str]],
+        name: str,
+        new_claim: str | None,
+    ) -> int:
+        by_claim: dict[str, list[int]] = defaultdict(list)
+        for local_id, held in jobs:
+            by_claim[held].append(local_id)
+        one = len(by_claim) <= 1 and len(jobs) <= MAX_ID_LIST
+        changed = 0
+        with self._write() as cur:
+            table = self._job_table(cur, queue, priority)
+            clock, clocked = self._now_params(cur, one)
+            for held, ids in by_claim.items():
+                params = {**clock, "claim": held, "new_claim": new_claim}
+                changed += self._by_ids(cur, name, table, ids, params, clocked)[0]
+            if not jobs:
+                self._require_queue(cur, queue)
+        return changed
+
+    def dequeue_fifo(
+        self,
+        queue: str,
+        limit: int,
+        in_flight_cap: int,
+        claim: str | None,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        return sql_fifo.dequeue_fifo(self, queue, limit, in_flight_cap, claim, budget)
+
+    def _fifo_transaction(self, queue: str) -> AbstractContextManager[Any]:
+        """The write transaction of a FIFO dequeue, atomic against every other one of `queue`
+        (backends/sql_fifo.py); the default suits a storage with one writer at a time."""
+        return self._write()
+
+    def _ensure_fifo_index(self, queue: str) -> None:
+        """Give the queue's job tables the FIFO index (queries `create_fifo_index`) unless this
+        shard object did already (backends/sql_fifo.py); the dialect does it."""
+
+    def _fifo_indexed(self) -> set:
+        """What `_ensure_fifo_index` did already (tables or databases), made on first use."""
+        done = self.__dict__.get("_fifo_done")
+        if done is None:
+            done = self.__dict__["_fifo_done"] = set()
+        return done
+
+    def _fifo_row_lock(self) -> str:
+        """The lock clause of a FIFO dequeue's head select (none where the transaction holds
+        the database)."""
+        return ""
 
     def next_due_ms(self, queue: str) -> int | None:
         """One read snapshot: the shard clock, then `next_due` per priority table."""
@@ -580,11 +684,20 @@ class SQLShard(Shard):
         params = {**clock, "limit": limit, "inline": _inline_size(limit, budget)}
         return self._run(cur, "dequeue_select", table, params, clocked, lock).fetchall()
 
-    def _claim(self, cur: Any, table: tuple[str, ...], rows: Sequence, claim: str) -> None:
-        """Claim the selected (locked) `rows` for `claim`."""
+    def _claim(
+        self,
+        cur: Any,
+        table: tuple[str, ...],
+        rows: Sequence,
+        claim: str,
+        hold_ms: int | None = None,
+    ) -> None:
+        """Claim the selected (locked) `rows` for `claim`, reserved for `hold_ms` if given."""
         if not rows:
             return
-        params = {"now": rows[0][5], "claim": claim}  # the clock the select judged by
+        now = rows[0][5]  # the clock the select judged by
+        until = None if hold_ms is None else now + hold_ms
+        params = {"now": now, "claim": claim, "until": until}
         changed = self._by_ids(cur, "claim_by_ids", table, [r[0] for r in rows], params)[0]
         if changed != len(rows):  # the rows are ours (locked): cannot happen, never hide it
             raise ShardError(self.name, f"claimed {changed} of {len(rows)} selected jobs")
@@ -966,17 +1079,22 @@ class SQLShard(Shard):
     def reclaim_expired(
         self, queue: str, priority: int, claim_timeout_ms: int, limit: int
     ) -> ReclaimCounts:
+        """Expired reservations first (reclaim_reserved), then expired claims (reclaim_fail,
+        reclaim_retry), `limit` jobs in all, in one transaction; only the claims are booked."""
         with self._write() as cur:
             table = self._job_table(cur, queue, priority)
             now = self._tx_now(cur)
             params = {"now": now, "cutoff": now - claim_timeout_ms, "limit": limit}
-            failed = max(self._run(cur, "reclaim_fail", table, params).rowcount, 0)
-            retried = 0
-            if failed < limit:
-                params["limit"] = limit - failed
+            released = max(self._run(cur, "reclaim_reserved", table, params).rowcount, 0)
+            failed = retried = 0
+            if released < limit:
+                params["limit"] = limit - released
+                failed = max(self._run(cur, "reclaim_fail", table, params).rowcount, 0)
+            if released + failed < limit:
+                params["limit"] = limit - released - failed
                 retried = max(self._run(cur, "reclaim_retry", table, params).rowcount, 0)
             self._book(cur, queue, reclaimed=failed + retried)
-        return ReclaimCounts(retried=retried, failed=failed)
+        return ReclaimCounts(retried=retried, failed=failed, released=released)
 
     def purge(self, queue: str, priority: int, state: JobState, ttl_ms: int, limit: int) -> int:
         def step(cur: Any, table: tuple[str, ...], size: int) -> int:
@@ -1011,6 +1129,49 @@ class SQLShard(Shard):
             changed = self._run(cur, "settings_update", self.settings_table, params).rowcount
         return expected_version + 1 if changed == 1 else None
 
+    # ---- leases ----
+    #: identifier parts of the shard's lease table (queries/common/leases.sql)
+    lease_table: tuple[str, ...] = ("pinlater_leases",)
+
+    def _ensure_leases(self) -> None:
+        """Make sure the lease table exists (SQLite creates it when it opens the file; MySQL
+        on first use)."""
+
+    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+        """lease_take then lease_owner, one transaction on one clock reading."""
+        check_lease(name, owner, ttl_ms)
+        self._ensure_leases()
+        with self._write() as cur:
+            now = self._tx_now(cur)
+            params = {"name": name, "owner": owner, "now": now, "expires": now + ttl_ms}
+            self._run(cur, "lease_take", self.lease_table, params)
+            row = self._run(cur, "lease_owner", self.lease_table, {"name": name}).fetchone()
+        return row is not None and _text(row[0]) == owner
+
+    def release_lease(self, name: str, owner: str) -> bool:
+        check_lease(name, owner)
+        self._ensure_leases()
+        with self._write() as cur:
+            params = {"name": name, "owner": owner}
+            return self._run(cur, "lease_drop", self.lease_table, params).rowcount == 1
+
+    def live_leases(self, prefix: str) -> dict[str, str]:
+        if prefix:
+            check_lease(prefix)
+        self._ensure_leases()
+        with self._write() as cur:
+            now = self._tx_now(cur)
+            stale = {"stale": now - LEASE_FORGOTTEN_AFTER_MS, "limit": LEASES_FORGOTTEN_PER_CALL}
+            self._run(cur, "lease_prune", self.lease_table, stale)
+            params = {
+                "now": now,
+                "prefix": prefix,
+                "prefix_length": len(prefix),
+                "limit": MAX_LEASES_LISTED,
+            }
+            rows = self._run(cur, "lease_list", self.lease_table, params).fetchall()
+        return {_text(name): _text(owner) for name, owner in rows}
+
     def purge_keys(self, queue: str, limit: int) -> int:
         with self._write() as cur:
             table = self._key_table(cur, queue)
@@ -1034,6 +1195,8 @@ def _add_table_stats(stats: QueueStats, priority: int, values: Sequence[Any]) ->
     for state, oldest in zip(AGED_STATES, values[8:11], strict=True):
         if oldest is not None:
             stats.oldest_update[(priority, state)] = int(oldest)
+    if values[11] is not None:
+        stats.first_reserve_expiry[priority] = int(values[11])
 
 
 def _by_priority(items: Sequence[Any]) -> dict[int, list[Any]]:
@@ -1065,6 +1228,11 @@ def _inline_size(jobs: int, budget: ByteBudget | None) -> int:
 def _fitting(rows: Sequence, budget: ByteBudget | None) -> Sequence:
     """The leading rows (body length in column 2) that fit the budget."""
     return rows if budget is None else rows[: budget.fitting([row[2] for row in rows])]
+
+
+def _text(value: Any) -> str:
+    """A text column as str (MySQL may hand back bytes under a binary collation)."""
+    return value if isinstance(value, str) else bytes(value).decode("ascii")
 
 
 def _body(record: JobRecord) -> bytes:

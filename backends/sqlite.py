@@ -202,6 +202,7 @@ class SQLiteShard(SQLShard):
             cur.execute(self.queries.render("create_deleted_registry"))
             cur.execute(self.queries.render("create_settings"))
             cur.execute(self.queries.render("seed_settings"))
+            cur.execute(self.queries.render("create_leases"))
             for queue_id in {qid for qid, _ in cur.execute(self.queries.render("queue_list"))}:
                 self._create_tables(cur, queue_id)
             cur.execute("COMMIT")
@@ -348,6 +349,21 @@ class SQLiteShard(SQLShard):
             raise QueueNotFound(queue)
         return row[0]
 
+    def _ensure_fifo_index(self, queue: str) -> None:
+        """One read of the queue's table names; the index made in one write the first time
+        (a queue created again has new tables, so it gets the index again)."""
+        done = self._fifo_indexed()
+        with self._read() as cur:
+            levels = range(1, self.limits.num_priorities + 1)
+            missing = [t for t in (self._job_table(cur, queue, p) for p in levels) if t not in done]
+        if not missing:
+            return
+        with self._write() as cur:
+            for table in missing:
+                index = (f"{table[0]}_fifo",)
+                cur.execute(self.queries.render("create_fifo_index", table=table, index=index))
+        done.update(missing)
+
     def _insert_jobs(self, cur: Any, sql: str, rows: list[dict[str, Any]]) -> list[int]:
         # Under the write lock AUTOINCREMENT hands out consecutive ids (max(seq, max id) + 1
         # each), so the batch's ids end at last_insert_rowid().
@@ -371,11 +387,21 @@ class SQLiteShard(SQLShard):
         for priority in range(1, self.limits.num_priorities + 1):
             table = f"q{queue_id}_p{priority}"
             cur.execute(self.queries.render("create_job_table", table=(table,)))
+            self._add_reserve_column(cur, table)
             for name, suffix in (
                 ("create_dequeue_index", "ready"),
                 ("create_updated_index", "updated"),
+                ("create_reserve_index", "reserved"),
             ):
                 cur.execute(self.queries.render(name, table=(table,), index=(f"{table}_{suffix}",)))
+
+    def _add_reserve_column(self, cur: sqlite3.Cursor, table: str) -> None:
+        """Give a job table made before the prefetching broker its reserved_until column (NULL
+        in every row: no job is reserved). Runs under the write lock when the shard opens."""
+        try:
+            cur.execute(self.queries.render("reserve_probe", table=(table,)))
+        except sqlite3.OperationalError:  # no such column
+            cur.execute(self.queries.render("add_reserve_column", table=(table,)))
 
     def _create_ledger(self, cur: sqlite3.Cursor, queue_id: int) -> None:
         """The queue's ledger table and its one slot; a queue that held jobs before it had a

@@ -14,13 +14,14 @@ from collections.abc import Callable
 from backends import backend_class
 from pinlater import config as config_module
 from pinlater.common.tls import server_context
-from pinlater.config import Config
+from pinlater.config import BackendConfig, Config
 from pinlater.handler.handler import PinLaterHandler
 from pinlater.handler.observer import RequestObserver
 from pinlater.idl import PinLater
 from pinlater.ops import schedules as schedule_ops
 from pinlater.ops.admin_actions import AdminActions
 from pinlater.ops.admin_reads import AdminContext, AdminReads
+from pinlater.ops.cluster_view import cluster_gauges
 from pinlater.ops.depth import DepthCollector
 from pinlater.ops.drain import DrainProgress
 from pinlater.ops.janitor import Janitor
@@ -46,7 +47,10 @@ from pinlater.server.admission import Admission
 from pinlater.server.dashboard import Dashboard
 from pinlater.server.http import HttpListener, Routes, health_report
 from pinlater.server.listen import bind
+from pinlater.storage.clusters import ClusterRouter
+from pinlater.storage.empty_partitions import EmptyPartitions
 from pinlater.storage.sharded import ShardedBackend
+from pinlater.storage.signals import QueueSignals
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +60,7 @@ def _check_queue_files(config: Config) -> list[str]:
     the port is bound."""
     if not (config.queue_config or config.server_set_file):
         return []
-    return check_files(config.queue_config, config.server_set_file)
+    return check_files(config.queue_config, config.server_set_file, list(config.clusters))
 
 
 #: `pinlater.config.load_config` with the backend registry and the operating checks
@@ -75,27 +79,58 @@ class NotDurable(Exception):
         self.warnings = warnings
 
 
+def _cluster_store(
+    backend: BackendConfig,
+    config: Config,
+    cluster: str | None = None,
+    shared: tuple[QueueSignals, EmptyPartitions] | None = None,
+) -> ShardedBackend:
+    """The sharded store of one backend section (with clusters: one cluster's)."""
+    backend_cls = backend_class(backend.kind)
+    storage = backend_cls(backend.options, config.storage_limits())
+    enqueue_backend = None
+    if config.server.role == "all" and backend_cls.isolates_connections:
+        # enqueues get storage connections of their own (a dequeue storm cannot hold them)
+        enqueue_backend = backend_cls(backend.options, config.storage_limits())
+    signals, empty = shared or (None, None)
+    return ShardedBackend(
+        storage,
+        backend.shards,
+        num_priorities=config.priorities.levels,
+        retries=config.sharding.retries,
+        unhealthy_after_failures=config.sharding.unhealthy_after_failures,
+        empty_partition_ttl=config.sharding.empty_partition_ttl_seconds,
+        enqueue_backend=enqueue_backend,
+        retired=backend.retired_shards,
+        cluster=cluster,
+        signals=signals,
+        empty=empty,
+    )
+
+
+def build_store(config: Config) -> ShardedBackend:
+    """The store the handler uses: the one backend's, or a ClusterRouter over `clusters:`."""
+    if not config.clusters:
+        return _cluster_store(config.backend, config)
+    shared = (QueueSignals(), EmptyPartitions(config.sharding.empty_partition_ttl_seconds))
+    stores: dict[str, ShardedBackend] = {}
+    try:
+        for name, section in config.clusters.items():
+            stores[name] = _cluster_store(section, config, name, shared)
+    except BaseException:
+        for store in stores.values():
+            store.close()
+        raise
+    return ClusterRouter(stores, config.default_cluster or next(iter(stores)))
+
+
 class App:
     """Everything a server process runs besides the network loop."""
 
     def __init__(self, config: Config, observer: RequestObserver | None = None):
         self.config = config
-        backend_cls = backend_class(config.backend.kind)
-        self.backend = backend_cls(config.backend.options, config.storage_limits())
-        enqueue_backend = None
-        if config.server.role == "all" and backend_cls.isolates_connections:
-            # enqueues get storage connections of their own (a dequeue storm cannot hold them)
-            enqueue_backend = backend_cls(config.backend.options, config.storage_limits())
-        self.store = ShardedBackend(
-            self.backend,
-            config.backend.shards,
-            num_priorities=config.priorities.levels,
-            retries=config.sharding.retries,
-            unhealthy_after_failures=config.sharding.unhealthy_after_failures,
-            empty_partition_ttl=config.sharding.empty_partition_ttl_seconds,
-            enqueue_backend=enqueue_backend,
-            retired=config.backend.retired_shards,
-        )
+        self.store = build_store(config)
+        self.backend = self.store.backend
         self.started = time.monotonic()
         self.started_at = time.time()
         #: the admin API is served (a password is configured and the HTTP listener is on)
@@ -149,12 +184,14 @@ class App:
             config.server_set_file,
             on_change=self._queue_config_changed,
             on_error=lambda kind: self.metrics.reload_errors.labels(kind).inc(),
+            clusters=list(config.clusters),
         )
         self.rates = JobRates(config.dashboard.rate_sample_seconds, config.dashboard.rate_samples)
         self.shard_jobs = ShardJobCounts(self.store, config.metrics.depth_count_cap)
         self.drain = DrainProgress(self.store, config.metrics.depth_count_cap)
         self.placement_check = PlacementCheck(self.store)
-        self.shard_map_watcher = self._shard_map_watcher()
+        #: one per shard map file (with clusters: per cluster that has one)
+        self.shard_map_watchers = self._shard_map_watchers()
         self.admission = Admission(
             config.admission.max_concurrent_requests,
             config.admission.dequeue_cap(config.server.worker_threads),
@@ -184,16 +221,21 @@ class App:
             # late-bound: attach_server replaces _server_stats after the gauges exist
             live_gauges(self.store, lambda: self._server_stats(), self.limiter.shares),  # noqa: PLW0108
         )
-        watcher = self.shard_map_watcher
+        if isinstance(self.store, ClusterRouter):
+            self.metrics.registry.register(cluster_gauges(self.store, config.metrics.max_queues))
+        watchers = self.shard_map_watchers
         self.metrics.registry.register(
             drain_gauges(
                 lambda: {name: c.jobs for name, c in self.drain.snapshot().items()},
-                lambda: watcher is not None and watcher.pending,
+                lambda: any(watcher.pending for watcher in watchers),
             )
         )
 
     def _queue_config_changed(self, config, servers: int) -> None:
+        if isinstance(self.store, ClusterRouter):  # before the partitions: they follow it
+            self.store.configure(config.clusters())
         self.store.placement.configure(config.partitions())
+        self.store.fifo.configure(config.fifo())
         self.settings.file_changed(config, servers)
 
     def _observe_call(self, shard: str, seconds: float, ok: bool) -> None:
@@ -230,10 +272,18 @@ class App:
         for name in self.store.shard_names():
             for warning in self.store.shard(name).durability_warnings():
                 log.warning("DURABILITY: %s", warning)  # each warning names its shard
-                problems.append(warning)
-        if problems and self.config.backend.require_durable:
+                if self._requires_durable(name):
+                    problems.append(warning)
+        if problems:
             raise NotDurable(problems)
         self.settings.poll()  # stored pauses and limits hold before the first request
+        if isinstance(self.store, ClusterRouter):  # where each queue lives, before serving
+            self.store.discover()
+            self._every(
+                "cluster-queues",
+                self.config.sharding.placement_check_seconds,
+                self.store.discover,
+            )
         self._every("queue-settings", self.config.admin.settings_poll_seconds, self.settings.poll)
         if self.config.janitor.enabled:
             # ticks of `queues_per_tick` queues, spaced so a sweep of all takes the interval
@@ -241,7 +291,7 @@ class App:
         self._every(
             "shard-maintenance",
             self.config.sharding.probe_interval_seconds,
-            ShardMaintenance(self.store, self.shard_map_watcher).run_once,
+            ShardMaintenance(self.store, *self.shard_map_watchers).run_once,
         )
         self._every(
             "placement-check",
@@ -267,6 +317,12 @@ class App:
             self._start_http(metrics_socket)
         for thread in self._threads:
             thread.start()
+
+    def _requires_durable(self, shard: str) -> bool:
+        """`require_durable` of the backend section (with clusters: the cluster) of `shard`."""
+        cluster = self.store.cluster_of_shard(shard)
+        section = self.config.backend if cluster is None else self.config.clusters[cluster]
+        return section.require_durable
 
     def _start_http(self, sock: socket.socket | None) -> None:
         """The HTTP listener (/metrics, /health, and /api/v1 when the admin API is on) on
@@ -362,15 +418,29 @@ class App:
             )
         )
 
-    def _shard_map_watcher(self) -> ShardMapWatcher | None:
-        """The shard map file's watcher, when there is one and the backend can reload."""
-        path = self.config.backend.shard_map_file
-        if path and self.backend.supports_shard_reload:
+    def _shard_map_watchers(self) -> list[ShardMapWatcher]:
+        """The shard map files' watchers: of `backend:`, or of each cluster that has one."""
+        if isinstance(self.store, ClusterRouter):
+            return [
+                watcher
+                for name, store in self.store.clusters.items()
+                if (watcher := self._shard_map_watcher(store, self.config.clusters[name]))
+            ]
+        watcher = self._shard_map_watcher(self.store, self.config.backend)
+        return [] if watcher is None else [watcher]
+
+    def _shard_map_watcher(
+        self, store: ShardedBackend, section: BackendConfig
+    ) -> ShardMapWatcher | None:
+        """The watcher of `section`'s shard map file, when it has one and its kind can
+        reload."""
+        path = section.shard_map_file
+        if path and store.backend.supports_shard_reload:
             return ShardMapWatcher(
-                self.store,
+                store,
                 path,
-                self.config.backend.options,
-                RetireGuard(self.store, self.drain),
+                section.options,
+                RetireGuard(store, self.drain),
                 retry_seconds=self.config.sharding.shard_map_retry_seconds,
                 on_rejected=self._shard_map_rejected,
                 on_applied=self.drain.prune,
@@ -378,7 +448,7 @@ class App:
         if path:
             log.warning(
                 "backend %s cannot reload its shard map; changes to %s need a restart",
-                self.backend.kind,
+                store.backend.kind,
                 path,
             )
         return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import ssl
 import typing
 from collections.abc import Callable, Mapping
@@ -30,6 +31,8 @@ from pinlater.storage.shard_map import parse_shard_map
 #: server.role values: which RPCs a server answers (enqueue refuses dequeueJobs, dequeue
 #: refuses enqueueJobs; pinlater/handler/handler.py)
 ROLES = ("all", "enqueue", "dequeue")
+
+_CLUSTER_NAME = re.compile(r"[A-Za-z0-9_]{1,32}", re.ASCII)
 
 #: the composition root's registry: backend kind -> Backend class (KeyError naming the choices)
 BackendResolver = Callable[[str], type[Backend]]
@@ -319,6 +322,12 @@ class Config:
     metrics: MetricsConfig = MetricsConfig()
     admission: AdmissionConfig = AdmissionConfig()
     request_log: RequestLogConfig = RequestLogConfig()
+    #: named backends (`clusters:`, each shaped like `backend:`), one of which a queue's
+    #: `cluster:` setting names (pinlater/storage/clusters.py); empty = the one `backend:`, and
+    #: with clusters `backend` is the default cluster's section
+    clusters: Mapping[str, BackendConfig] = field(default_factory=dict)
+    #: the cluster of the queues whose settings name none (may be left out with one cluster)
+    default_cluster: str | None = None
     #: per-queue settings file (rate limits, claim timeouts); None = no per-queue settings
     queue_config: str | None = None
     #: ServerSet file (`host:port` per line) listing the live servers; each server enforces
@@ -435,12 +444,15 @@ def _build_config(
     for name, cls in _SECTIONS.items():
         if name == "backend":  # always built: the backend supplies default shards
             kwargs[name] = _build_backend(raw.get(name, {}), problems, resolve_backend)
+        elif name == "clusters" and name in raw:
+            kwargs[name] = _build_clusters(raw[name], problems, resolve_backend)
         elif name not in raw:
             continue
         elif isinstance(cls, type) and dataclasses.is_dataclass(cls):
             kwargs[name] = build_section(cls, raw[name], name, problems)
         else:
             kwargs[name] = coerce(raw[name], hint(Config, name), name, problems, None)
+    _place_clusters(kwargs, raw, problems)
     config = Config(**kwargs)
     if config.admin.password_hash:
         try:
@@ -518,31 +530,31 @@ def _check_tls(tls: TlsConfig, problems: list[str]) -> None:
 
 
 def _build_backend(
-    raw: Any, problems: list[str], resolve_backend: BackendResolver
+    raw: Any, problems: list[str], resolve_backend: BackendResolver, path: str = "backend"
 ) -> BackendConfig:
     """The backend section, validated by the Backend class of its kind (the storage contract's
     `parse_options` / `parse_shards`)."""
     if not isinstance(raw, dict):
-        problems.append("backend: must be a mapping")
+        problems.append(f"{path}: must be a mapping")
         return BackendConfig()
     raw = dict(raw)
     kind = str(raw.pop("kind", "sqlite"))
     shard_map_file = raw.pop("shard_map_file", None)
     shards_raw = raw.pop("shards", None)
     require_durable = coerce(
-        raw.pop("require_durable", False), bool, "backend.require_durable", problems, None
+        raw.pop("require_durable", False), bool, f"{path}.require_durable", problems, None
     )
     require_durable = require_durable is True
     try:
         cls = resolve_backend(kind)
     except KeyError as exc:
-        problems.append(f"backend.kind: {exc.args[0]}")
+        problems.append(f"{path}.kind: {exc.args[0]}")
         return BackendConfig()
     try:
-        options = cls.parse_options(raw, "backend")
+        options = cls.parse_options(raw, path)
         if shard_map_file is not None:
             shards_raw = read_shard_map(str(shard_map_file))
-        shard_map = parse_shard_map(cls, shards_raw, options, "backend.shards")
+        shard_map = parse_shard_map(cls, shards_raw, options, f"{path}.shards")
     except ConfigError as exc:
         problems.extend(exc.problems)
         return BackendConfig(kind=kind)
@@ -554,6 +566,59 @@ def _build_backend(
         shard_map_file=None if shard_map_file is None else str(shard_map_file),
         require_durable=require_durable,
     )
+
+
+def _build_clusters(
+    raw: Any, problems: list[str], resolve_backend: BackendResolver
+) -> dict[str, BackendConfig]:
+    """`clusters:` name -> a `backend:`-shaped section each. Shard names must be unique across
+    clusters: a job descriptor names its shard, and so its cluster."""
+    if not isinstance(raw, dict) or not raw:
+        problems.append("clusters: must be a non-empty mapping of name -> backend section")
+        return {}
+    clusters: dict[str, BackendConfig] = {}
+    owner: dict[str, str] = {}
+    for name, section in raw.items():
+        if not isinstance(name, str) or not _CLUSTER_NAME.fullmatch(name):
+            problems.append(f"clusters: {name!r} is not a cluster name ([A-Za-z0-9_]{{1,32}})")
+            continue
+        built = _build_backend(section, problems, resolve_backend, f"clusters.{name}")
+        for shard in [s.name for s in built.shards] + sorted(built.retired_shards):
+            if shard in owner:
+                problems.append(
+                    f"clusters.{name}.shards: shard name {shard!r} is also in cluster "
+                    f"{owner[shard]!r} (shard names must be unique across clusters)"
+                )
+            owner.setdefault(shard, name)
+        clusters[name] = built
+    return clusters
+
+
+def _place_clusters(kwargs: dict[str, Any], raw: dict[str, Any], problems: list[str]) -> None:
+    """With `clusters:`, `backend` becomes the default cluster's section."""
+    if kwargs.get("clusters"):
+        # `data_dir` alone (PINLATER_DATA_DIR, --data-dir: set without knowing the config) is
+        # not a `backend:` of its own; a cluster sets its own
+        own = set(raw.get("backend") or ()) - {"data_dir"}
+        kwargs["backend"] = _default_cluster(kwargs, bool(own), problems)
+    elif "default_cluster" in kwargs:
+        problems.append("default_cluster: only with `clusters:`")
+
+
+def _default_cluster(kwargs: dict[str, Any], has_backend: bool, problems: list[str]) -> Any:
+    """The default cluster's section (which `Config.backend` holds with clusters)."""
+    clusters = kwargs["clusters"]
+    if has_backend:
+        problems.append("backend: give either `backend:` or `clusters:`, not both")
+    default = kwargs.get("default_cluster")
+    if default is None and len(clusters) == 1:
+        default = kwargs["default_cluster"] = next(iter(clusters))
+    if default not in clusters:
+        problems.append(
+            f"default_cluster: {default!r} must name one of the clusters ({', '.join(clusters)})"
+        )
+        return next(iter(clusters.values()))
+    return clusters[default]
 
 
 def read_shard_map(path: str) -> Any:

@@ -131,10 +131,16 @@ def describe(config: Config, app: Any, address: tuple[str, int]) -> str:
     """The one start line: address, backend kind, shards, data dir."""
     shards = ", ".join(app.store.shard_names()) if hasattr(app, "store") else "?"
     parts = [f"backend {config.backend.kind}", f"shards [{shards}]"]
+    if config.clusters:  # name: kind [shards], the default first
+        parts = [
+            f"cluster {name} ({section.kind}) [{', '.join(s.name for s in section.shards)}]"
+            + (" default" if name == config.default_cluster else "")
+            for name, section in config.clusters.items()
+        ]
     if config.server.role != "all":
         parts.insert(0, f"role {config.server.role}")
     data_dir = config.backend.options.get("data_dir")
-    if data_dir is not None:
+    if data_dir is not None and not config.clusters:
         parts.append(f"data dir {os.path.abspath(data_dir)}")
     tls = config.server.tls
     if tls.enabled:

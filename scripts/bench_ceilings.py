@@ -2,7 +2,8 @@
 """Each backend through the server next to its own ceiling without the server, interleaved.
 
     PYTHONPATH=. python scripts/bench_ceilings.py [--runs 5] [--jobs 50000]
-        [--backends sqlite redis mysql] [--no-background] [--json FILE]
+        [--backends sqlite redis mysql] [--modes enqueue dequeue] [--client lean|cli]
+        [--no-background] [--base CHECKOUT] [--json FILE]
         [--no-worker | --worker-baseline DIR]
 
 One invocation starts, per backend, throwaway storage (SQLite files; a redis-server with the
@@ -11,17 +12,31 @@ innodb_flush_log_at_trx_commit=1) and one `pinlater-server` on it (janitor and q
 collector on, as shipped, unless --no-background), then runs `--runs` rounds on that same
 server and storage. Each round, per backend, side by side:
 
-* enqueue: `pinlater enqueue` load (batch 100, 4 client threads) through the server, and the
-  ceiling (scripts/ceiling_direct.py: the storage driven from 4 threads of this process
-  without the server: SQLite shard primitives, Redis scripts as pipelined EVALSHA, the MySQL
+* enqueue: load through the server (batch 100, 4 client threads), and the ceiling
+  (scripts/ceiling_direct.py: the storage driven from 4 threads of this process without the
+  server: SQLite shard primitives, Redis scripts as pipelined EVALSHA, the MySQL
   shard's statements replayed with pymysql);
-* dequeue+ack: `pinlater dequeue` load (dequeue 100, then ack them) and its ceiling;
+* dequeue+ack: load through the server (dequeue 100, then ack them) and its ceiling;
 * worker: `pinlater-worker` with its default options and a no-op handler draining a queue
   filled with the same number of jobs, next to the round's raw dequeue+ack rate; its CPU per
-  job is the worker process's own from its "worker started" line (imports excluded; the load
-  clients' figures include their start-up). `--worker-baseline DIR` also runs the worker of
-  another checkout (e.g. a clone of main) each round right after, so a change to the worker
-  is compared with its baseline in the same run.
+  job is the worker process's own from its "worker started" line (imports excluded; with
+  `--client cli` the load clients' figures include their start-up). The raw rate is the load
+  client's through the same server (the lean client unless `--client cli`).
+  `--worker-baseline DIR` also runs the worker of another checkout (e.g. a clone of main)
+  each round right after, so a change to the worker is compared with its baseline in the
+  same run.
+
+The load through the server comes from scripts/lean_load.py, the same for every backend:
+pre-encoded enqueue frames replayed over framed sockets (replies checked by their descriptor
+count, not decoded), dequeue replies decoded and acks encoded with thriftpy2's Cython binary
+protocol. `pinlater enqueue|dequeue` (`--client cli`, the worker SDK client) costs about as
+much CPU per job as the server (~1.7 ms per 100 enqueued jobs against ~0.1 ms for the lean
+client), and on a 2-core machine that CPU is the server's and the storage's: the ratio then
+measured the client. The client's CPU is reported separately ("client") either way.
+
+With `--base CHECKOUT` every backend gets a second server running that checkout's code on
+its own storage, measured in the same rounds (labelled `<backend>-base`): before/after figures
+from one run.
 
 The two sides alternate which goes first (A/B, B/A) so that the shared machine's noise hits
 both alike; the ratios (server / ceiling, worker / raw) are taken per round and their median,
@@ -30,7 +45,8 @@ per-round trend shows whether a backend slows as work accumulates; it is printed
 per job of each round, which separates a real slowdown (more CPU per job) from the shared
 machine getting busier (rates fall, CPU per job flat). CPU time per 100 jobs is
 given per process (server, storage, load client, this process), less noisy than rates on a
-busy machine.
+busy machine; "cpu ratio" (ceiling side's CPU per job / server side's) is what the rate ratio
+tends to when the cores are the bound (a shared 2-core machine).
 """
 
 from __future__ import annotations
@@ -56,6 +72,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import lean_load  # noqa: E402
 from bench_server import cpu_seconds  # noqa: E402
 from ceiling_direct import BATCH, MySQLDirect, RedisDirect, SQLiteDirect  # noqa: E402
 
@@ -175,20 +192,24 @@ def storage(kind: str, tmp: Path) -> Iterator[tuple[dict, int | None, Callable[[
 
 
 @contextlib.contextmanager
-def rig(kind: str, tmp: Path, background: bool) -> Iterator[Rig]:
-    with storage(kind, tmp / kind) as (section, storage_pid, make_direct):
+def rig(kind: str, tmp: Path, background: bool, base: Path | None = None) -> Iterator[Rig]:
+    """A rig of backend `kind`; with `base`, its server runs that checkout's code (labelled
+    "<kind>-base") while everything else (load, ceiling) is this checkout's."""
+    label = kind if base is None else f"{kind}-base"
+    env = None if base is None else {"PYTHONPATH": str(base.resolve())}
+    with storage(kind, tmp / label) as (section, storage_pid, make_direct):
         config: dict[str, Any] = {"backend": section}
         if background:  # as shipped: janitor every 10 s, depth gauges every 15 s
             config["metrics"] = {"port": free_port()}
         else:
             config["janitor"] = {"enabled": False}
-        with ServerProcess(config, tmp / kind / "server", start_timeout=60) as server:
+        with ServerProcess(config, tmp / label / "server", start_timeout=60, env=env) as server:
             direct = make_direct()
             client = PinLaterClient(
                 f"{server.host}:{server.port}", source="bench-ceilings", pool_size=4
             )
             try:
-                yield Rig(kind, server, storage_pid, direct, client)
+                yield Rig(label, server, storage_pid, direct, client)
             finally:
                 client.close()
                 direct.close()
@@ -198,6 +219,21 @@ def rig(kind: str, tmp: Path, background: bool) -> Iterator[Rig]:
 
 
 def through_server(rig: Rig, mode: str, queue: str, args) -> Measure:
+    """One load run against the rig's server, from the lean client (this process's threads;
+    its CPU is reported as "client") or from `pinlater enqueue|dequeue` (`--client cli`)."""
+    if args.client == "cli":
+        return _through_cli(rig, mode, queue, args)
+    meter = CpuMeter({"server": rig.server.pid, "storage": rig.storage_pid})
+    latencies, jobs, elapsed = lean_load.run(
+        rig.address, mode, queue, args.jobs // BATCH, BATCH, b"x" * args.body, args.clients
+    )
+    cpu = meter.per_100_jobs(jobs)
+    cpu["client"] = cpu.pop("bench", 0.0)
+    ms = [x * 1000 for x in latencies]
+    return Measure(jobs, elapsed, percentile(ms, 0.5), percentile(ms, 0.99), cpu)
+
+
+def _through_cli(rig: Rig, mode: str, queue: str, args) -> Measure:
     """One `pinlater enqueue|dequeue` load run against the rig's server."""
     cmd = [
         sys.executable,
@@ -349,7 +385,7 @@ def one_round(rigs: list[Rig], round_no: int, args, results: Results) -> None:
         sides = [("server", through_server), ("ceiling", ceiling)]
         if round_no % 2:
             sides.reverse()
-        for mode in MODES:
+        for mode in args.modes:
             for side, measure in sides:
                 queue = f"{side[0]}{round_no}"
                 if mode == "enqueue" and side == "ceiling":
@@ -358,19 +394,30 @@ def one_round(rigs: list[Rig], round_no: int, args, results: Results) -> None:
                     r.client.create_queue(queue)
                 m = measure(r, mode, queue, args)
                 results.add(r.kind, f"{side} {mode}", m)
-                print(f"  {r.kind:6} {side:7} {mode:7} {m.text()}", flush=True)
+                print(f"  {r.kind:11} {side:7} {mode:7} {m.text()}", flush=True)
         if not args.no_worker:
             m = worker_drain(r, f"w{round_no}", args)
             results.add(r.kind, "worker", m)
-            print(f"  {r.kind:6} worker  drain   {m.text()}", flush=True)
+            print(f"  {r.kind:11} worker  drain   {m.text()}", flush=True)
         if args.worker_baseline:
             m = worker_drain(r, f"b{round_no}", args, Path(args.worker_baseline))
             results.add(r.kind, "worker baseline", m)
-            print(f"  {r.kind:6} baseline drain   {m.text()}", flush=True)
+            print(f"  {r.kind:11} baseline drain   {m.text()}", flush=True)
 
 
 def ratios(top: list[Measure], bottom: list[Measure]) -> list[float]:
     return [a.rate / b.rate for a, b in zip(top, bottom, strict=False) if b.rate]
+
+
+def cpu_ratios(top: list[Measure], bottom: list[Measure]) -> list[float]:
+    """Per round: all CPU per job on the ceiling side / all CPU per job on the server side
+    (every process, load client included). Where the machine's cores are the bound (shared
+    with other work, or fewer than the processes need), the rate ratio tends to this."""
+    return [
+        sum(b.cpu.values()) / sum(a.cpu.values())
+        for a, b in zip(top, bottom, strict=False)
+        if sum(a.cpu.values())
+    ]
 
 
 def spread(values: list[float], fmt: str = "{:.2f}") -> str:
@@ -385,7 +432,7 @@ def median_of(measures: list[Measure], attr: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summary(kinds: list[str], results: Results, runs: int) -> dict[str, Any]:
+def summary(kinds: list[str], results: Results, runs: int, modes=MODES) -> dict[str, Any]:
     """Print the per-backend summary; return it as a dict (for --json)."""
     out: dict[str, Any] = {}
     print(f"\nmedians over {runs} rounds [min..max]; ratio = server / ceiling, taken per round")
@@ -397,7 +444,7 @@ def summary(kinds: list[str], results: Results, runs: int) -> dict[str, Any]:
                 results.get(kind, f"server {mode}"),
                 results.get(kind, f"ceiling {mode}"),
             )
-            for mode in MODES
+            for mode in modes
         }
         raw = results.get(kind, "server dequeue")
         for label in ("worker", "worker baseline"):
@@ -430,12 +477,13 @@ def _mode_summary(kind: str, mode: str, srv: list[Measure], top: list[Measure]) 
         "ceiling_cpu_ms_per_100": _median_cpu(top),
         "server_cpu_by_round": [m.cpu.get("server", 0.0) for m in srv],
         "ceiling_cpu_by_round": [m.cpu.get("bench", 0.0) for m in top],
+        "cpu_ratio": [round(x, 3) for x in cpu_ratios(srv, top)],
     }
     label = "dequeue+ack" if mode == "dequeue" else mode
     print(
         f"{kind:6} {label:11} server {spread([m.rate for m in srv], '{:,.0f}')} jobs/s"
         f"  ceiling {spread([m.rate for m in top], '{:,.0f}')} jobs/s"
-        f"  ratio {spread(ratios(srv, top))}"
+        f"  ratio {spread(ratios(srv, top))}  cpu ratio {spread(cpu_ratios(srv, top))}"
     )
     print(
         f"{'':18} server p50 {_ms(row['server_p50_ms'])} p99 {_ms(row['server_p99_ms'])}"
@@ -490,6 +538,18 @@ def main() -> int:
         help="server without janitor and depth collector (isolates their cost)",
     )
     parser.add_argument("--no-worker", action="store_true", help="skip pinlater-worker runs")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument(
+        "--base",
+        help="another checkout (e.g. a git worktree of main): each backend also gets a server "
+        "running its code, measured interleaved with this one's (labelled <backend>-base)",
+    )
+    parser.add_argument(
+        "--client",
+        choices=("lean", "cli"),
+        default="lean",
+        help="load client through the server: pre-encoded frames (lean) or `pinlater` load",
+    )
     parser.add_argument(
         "--worker-baseline",
         metavar="DIR",
@@ -498,7 +558,8 @@ def main() -> int:
     parser.add_argument("--json", help="also write the summary as JSON to this file")
     args = parser.parse_args()
     print(
-        f"batch {BATCH}, {args.clients} clients, {args.jobs} jobs per run, body {args.body} B, "
+        f"batch {BATCH}, {args.clients} {args.client} clients, {args.jobs} jobs per run, "
+        f"body {args.body} B, "
         f"{args.runs} rounds, backends {' '.join(args.backends)}, background duties "
         f"{'off' if args.no_background else 'on'}; load average {load_average()}",
         flush=True,
@@ -508,14 +569,16 @@ def main() -> int:
         tempfile.TemporaryDirectory(prefix="pinlater-ceilings-") as tmp,
         contextlib.ExitStack() as stack,
     ):
+        bases = [None] if args.base is None else [None, Path(args.base)]
         rigs = [
-            stack.enter_context(rig(kind, Path(tmp), not args.no_background))
+            stack.enter_context(rig(kind, Path(tmp), not args.no_background, base))
             for kind in args.backends
+            for base in bases
         ]
         for round_no in range(args.runs):
             print(f"round {round_no + 1} (load average {load_average()})", flush=True)
             one_round(rigs, round_no, args, results)
-    report = summary(args.backends, results, args.runs)
+    report = summary([r.kind for r in rigs], results, args.runs, args.modes)
     print(f"load average at the end: {load_average()}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))

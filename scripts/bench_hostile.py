@@ -44,7 +44,12 @@ sys.path.insert(0, str(ROOT))
 
 from pinlater.idl import PinLater, RequestContext  # noqa: E402
 from pinlater.idl import pinlater_thrift as t  # noqa: E402
-from tests.support.server_process import ServerProcess, encode_call, free_port  # noqa: E402
+from tests.support.server_process import (  # noqa: E402
+    ServerProcess,
+    encode_call,
+    free_port,
+    recv_exact,
+)
 
 CTX = RequestContext(source="bench-hostile")
 PASSWORD = "bench-admin-password"
@@ -329,16 +334,6 @@ def open_idle(server, count: int, tls_context: ssl.SSLContext | None) -> list[so
         recv_exact(sock, size)
         socks.append(sock)
     return socks
-
-
-def recv_exact(sock, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
 
 
 def memory_run(args) -> None:

@@ -29,7 +29,7 @@ import pymysql
 import redis
 from pymysql.constants import CLIENT
 
-from backends import redis_keys
+from backends import redis_keys, redis_resp
 from backends.mysql import MySQLBackend
 from backends.mysql_pool import SESSION_SETUP
 from backends.redis_backend import RedisBackend, RedisShardSpec
@@ -110,9 +110,8 @@ class RedisDirect:
         self.shard.ack(queue, [], [])
 
     def _packed(self, conn: redis.Connection, calls: list[tuple[str, list]]) -> Any:
-        return conn.pack_commands(
-            [("EVALSHA", sha, 1, self.registry, *args) for sha, args in calls]
-        )
+        """The calls encoded as the shard encodes them (backends/redis_resp.py)."""
+        return [b"".join([redis_resp.evalsha(sha, self.registry, args) for sha, args in calls])]
 
     def enqueue(self, queue: str, body: bytes, calls: int) -> Timings:
         """`depth` enqueue calls per round trip; a latency is one round trip's."""

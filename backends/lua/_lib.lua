@@ -85,6 +85,13 @@ local function pl_ua_index(qprefix, prio, state)
   return qprefix .. ':p' .. prio .. ':ua' .. state
 end
 
+-- The reservations of one priority (prefetching broker, semantics.md S-...): ZSET id19 ->
+-- deadline ms. A reserved job is IN_PROGRESS (in ra1, its meta's claim the prefetch claim)
+-- but has no ua1 entry: the claim timeout does not apply to it, only its deadline.
+local function pl_rsv_index(qprefix, prio)
+  return qprefix .. ':p' .. prio .. ':rsv'
+end
+
 local function pl_queue_exists(registry, queue)
   return redis.call('HEXISTS', registry, queue) == 1
 end
@@ -135,6 +142,7 @@ end
 local function pl_unindex(qprefix, prio, state, member, id19)
   redis.call('ZREM', pl_ra_index(qprefix, prio, state), member)
   if state ~= '0' then redis.call('ZREM', pl_ua_index(qprefix, prio, state), id19) end
+  if state == '1' then redis.call('ZREM', pl_rsv_index(qprefix, prio), id19) end
 end
 
 local function pl_index(qprefix, prio, state, member, id19, ua)
@@ -268,6 +276,10 @@ local function pl_move_unindex(moves, prio, state, member, id19)
     local ua = pl_move_args(moves, 'rem', pl_ua_index(moves.qprefix, prio, state))
     ua[#ua + 1] = id19
   end
+  if state == '1' then
+    local rsv = pl_move_args(moves, 'rem', pl_rsv_index(moves.qprefix, prio))
+    rsv[#rsv + 1] = id19
+  end
 end
 
 -- pl_index, deferred
@@ -286,6 +298,26 @@ end
 local function pl_apply_moves(moves)
   for _, key in ipairs(moves.order.rem) do pl_chunked('ZREM', key, moves.rem[key]) end
   for _, key in ipairs(moves.order.add) do pl_chunked('ZADD', key, moves.add[key]) end
+end
+
+-- Return reserved jobs (their metas already parsed: s, aa, ar, ca, ra) to PENDING with
+-- nothing used: ra1 -> ra0 (same member: run_after unchanged), the reservation removed, meta
+-- {s=0, ua=now, cl=''}. `jobs` is a list of {id19, aa, ar, ca, ra}.
+local function pl_return_reserved(qprefix, prio, now_text, jobs)
+  if #jobs == 0 then return end
+  local moves = pl_index_moves(qprefix)
+  local order, metas = {}, {}
+  for _, job in ipairs(jobs) do
+    local id19, aa, ar, ca, ra = job[1], job[2], job[3], job[4], job[5]
+    local member = pl_member(tonumber(ra), id19)
+    pl_move_unindex(moves, prio, '1', member, id19)
+    pl_move_index(moves, prio, '0', member, id19, 0)
+    order[#order + 1] = id19
+    metas[id19] = pl_meta('0', aa, ar, ca, ra, now_text, '')
+  end
+  pl_apply_moves(moves)
+  local _, mkey = pl_job_keys(qprefix, prio)
+  pl_hset_fields(mkey, order, metas)
 end
 
 -- Store new PENDING jobs, read from ARGV at the given base indexes (5 values from each base:

@@ -12,7 +12,8 @@
 -- A group is acks sharing everything but the id (pinlater/storage/acks.py group_acks, which
 -- keeps every job's acks in request order), so a batch of 100 acks is a handful of arguments,
 -- not 700 small ones.
--- Success: ra1/ua1 -> ra2/ua2 (ua = now), status appended, claim kept.
+-- Success: ra1/ua1 -> ra2/ua2 (ua = now), status appended, claim kept. A reserved job
+-- (prefetched, in :rsv instead of ua1) is acked alike and leaves :rsv.
 -- Failure with attempts remaining > 1: -> ra0 with run_after = now + delay, remaining - 1,
 --   claim cleared; else -> ra3/ua3 with remaining 0. Status appended, updated_at = now.
 -- Each group's metas are read with one HMGET (statuses too when it appends one) and kept in a
@@ -82,6 +83,7 @@ for g = 0, groups - 1 do
   -- this group's index argument lists, looked up once (not per job)
   local ra1_rem = pl_move_args(moves, 'rem', pl_ra_index(qprefix, prio, '1'))
   local ua1_rem = pl_move_args(moves, 'rem', pl_ua_index(qprefix, prio, '1'))
+  local rsv_rem = pl_move_args(moves, 'rem', pl_rsv_index(qprefix, prio))
   local final = kind == 'S' and '2' or '3'
   local ra_final = pl_move_args(moves, 'add', pl_ra_index(qprefix, prio, final))
   local ua_final = pl_move_args(moves, 'add', pl_ua_index(qprefix, prio, final))
@@ -93,6 +95,7 @@ for g = 0, groups - 1 do
       local member = pl_member(tonumber(ra), id19)
       ra1_rem[#ra1_rem + 1] = member
       ua1_rem[#ua1_rem + 1] = id19
+      rsv_rem[#rsv_rem + 1] = id19  -- a reserved job (hand-out not written yet) acked
       if kind == 'F' and tonumber(ar) > 1 then
         local new_ra = pl_clamp_ra(now + delay)
         local n = #ra_retry

@@ -27,6 +27,7 @@ if n == 0 then
   for i, member in ipairs(members) do ids[i] = pl_member_id(member) end
   redis.call('ZREMRANGEBYRANK', index, 0, #members - 1)
   if state ~= '0' then pl_chunked('ZREM', pl_ua_index(qprefix, prio, state), ids) end
+  if state == '1' then pl_chunked('ZREM', pl_rsv_index(qprefix, prio), ids) end
   pl_drop_columns(qprefix, prio, ids)
   pl_book(qprefix, 'deleted', #members)
   return #members

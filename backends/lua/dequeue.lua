@@ -12,6 +12,8 @@
 --         plus ARGV[8] bytes each, add up to at most this (contract.ByteBudget)
 -- ARGV[8] bytes a job costs besides its body
 -- ARGV[9] the body cap (with a budget: how many bodies one HMGET may read, pl_fitting_bodies)
+-- ARGV[10] hold ms ('' = a dequeue): a prefetch reserves the jobs until now + hold (:rsv
+--         score) instead of giving them an updated_at index entry (ua1)
 -- Reads ra0 (lex range up to now) and the :b/:m columns of the claimed ids (HMGET; with a
 -- budget, bodies in chunks that fit it); writes ra0 -> ra1 (same member), ua1 score now, meta
 -- {s=1, ua=now, cl} (one HSET).
@@ -45,13 +47,17 @@ else
 end
 local metas = pl_hmget(mkey, ids)
 local claim = ARGV[6]
+local ua_key, ua_score = pl_ua_index(qprefix, prio, '1'), now
+if ARGV[10] and ARGV[10] ~= '' then
+  ua_key, ua_score = pl_rsv_index(qprefix, prio), now + tonumber(ARGV[10])
+end
 local out, claimed, new_meta = {}, {}, {}
 for i, id19 in ipairs(ids) do
   local s, aa, ar, ca, ra, ua, cl = pl_meta_parse(metas[i])
   if s then
     ra_args[#ra_args + 1] = 0
     ra_args[#ra_args + 1] = members[i]
-    ua_args[#ua_args + 1] = now
+    ua_args[#ua_args + 1] = ua_score
     ua_args[#ua_args + 1] = id19
     claimed[#claimed + 1] = id19
     new_meta[id19] = pl_meta('1', aa, ar, ca, ra, now_text, claim)
@@ -61,7 +67,7 @@ for i, id19 in ipairs(ids) do
 end
 if #members > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #members - 1) end
 pl_chunked('ZADD', pl_ra_index(qprefix, prio, '1'), ra_args)
-pl_chunked('ZADD', pl_ua_index(qprefix, prio, '1'), ua_args)
+pl_chunked('ZADD', ua_key, ua_args)
 pl_hset_fields(mkey, claimed, new_meta)
 pl_book(qprefix, 'dequeued', #claimed)
 return out

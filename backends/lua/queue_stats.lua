@@ -7,9 +7,11 @@
 -- ARGV[3] number of priorities n
 -- ARGV[4..] pairs: queue name, queue key prefix pl:<shard>:q:<queue>
 -- Per queue and priority: ZLEXCOUNT of ra<state> below and above now (as count.lua), the lowest
--- score of ua<state> for states 1-3; per queue the lowest score of :ux (keys' expiry).
+-- score of ua<state> for states 1-3 and of :rsv (the first reservation deadline); per queue
+-- the lowest score of :ux (keys' expiry).
 -- Returns {now, then per queue 0 (missing) or 1 followed by n x (8 counts: due and future of
--- states 0-3, then 3 oldest updated_at, -1 for none), then the first key expiry (-1 none)}.
+-- states 0-3, then 3 oldest updated_at and the first reservation deadline, -1 for none), then
+-- the first key expiry (-1 none)}.
 local registry = KEYS[1]
 local now = pl_now(ARGV[1])
 local cap = tonumber(ARGV[2])
@@ -42,6 +44,7 @@ for i = 4, #ARGV, 2 do
       for state = 1, 3 do
         put(lowest(pl_ua_index(qprefix, prio, tostring(state))))
       end
+      put(lowest(pl_rsv_index(qprefix, prio)))
     end
     put(lowest(qprefix .. ':ux'))
   else

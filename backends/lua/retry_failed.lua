@@ -10,6 +10,7 @@
 -- ARGV[6] run_after ms ('' = now)
 -- ARGV[7] limit (>= 1)
 -- Reads ra3; writes ra3/ua3 -> ra0, meta {s=0, ar, ra, ua=now}, claim cleared.
+-- A FIFO mark (:p<n>:fh, dequeue_fifo.lua) above a job moved is lowered to its id.
 -- Returns how many jobs moved.
 local registry, queue, qprefix, prio = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
@@ -29,5 +30,12 @@ for _, member in ipairs(members) do
     pl_index(qprefix, prio, '0', pl_member(ra, id19), id19, now)
     redis.call('HSET', mkey, id19, pl_meta('0', aa, ARGV[5], ca, ra_text, now_text, ''))
   end
+end
+local mark_key = pl_prio_prefix(qprefix, prio) .. ':fh'
+local mark = redis.call('GET', mark_key)
+if mark then
+  local low = tonumber(mark)
+  for _, member in ipairs(members) do low = math.min(low, tonumber(pl_member_id(member))) end
+  if low < tonumber(mark) then redis.call('SET', mark_key, pl_int(low)) end
 end
 return #members

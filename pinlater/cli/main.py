@@ -34,6 +34,7 @@ from pinlater.cli.admin_client import (
     http_context,
 )
 from pinlater.cli.parser import SERVICE, UsageError
+from pinlater.common.ledger_counters import COUNTERS as LEDGER_COUNTERS
 from pinlater.common.passwords import hash_password
 from pinlater.common.serverset import ServerSetError
 from pinlater.common.tls import client_context
@@ -375,14 +376,14 @@ def cmd_audit(args, out, err):
         (
             q["queue"],
             shard,
-            *(book["counters"][name] for name in AUDIT_COLUMNS),
+            *(book["counters"][name] for name in LEDGER_COUNTERS),
             book["present"],
             "yes" if book["balanced"] else f"NO ({book['imbalance']:+d})",
         )
         for q in result["queues"]
         for shard, book in q["shards"].items()
     ]
-    headers = ("queue", "shard", *(AUDIT_HEADERS.get(n, n) for n in AUDIT_COLUMNS))
+    headers = ("queue", "shard", *(AUDIT_HEADERS.get(n, n) for n in LEDGER_COUNTERS))
     headers += ("present", "balanced")
     _emit(args, out, result, fmt.table(headers, rows) if rows else "(no queues)")
     return EXIT_OK if all(q["balanced"] for q in result["queues"]) else EXIT_SERVER
@@ -390,44 +391,37 @@ def cmd_audit(args, out, err):
 
 #: column titles shorter than their counter's name
 AUDIT_HEADERS = {"deduplicated": "dedup"}
-#: the counters `pinlater audit` shows as columns (--json has every one)
-AUDIT_COLUMNS = (
-    "enqueued",
-    "deduplicated",
-    "dequeued",
-    "succeeded",
-    "failed",
-    "retried",
-    "reclaimed",
-    "deleted",
-    "purged",
-)
 
 
 def cmd_shards(args, out, err):
     """The admin API's shard view: a draining (dequeue_only) shard shows its unfinished jobs
-    per queue as last counted; 0 left means it can leave the shard map."""
+    per queue as last counted; 0 left means it can leave the shard map. With clusters, each
+    shard's cluster comes first."""
     admin = AdminClient.from_args(args, _password(args), _http_context(args))
     data = admin.get("/api/v1/shards")
-    rows = []
-    for shard in data["shards"]:
-        drain = shard.get("draining")
-        left = "-"
-        if drain is not None:
-            per_queue = ", ".join(f"{q}: {n}" for q, n in sorted(drain["jobs"].items()))
-            left = f"{drain['total']}" + (f" ({per_queue})" if per_queue else " (drained)")
-        rows.append(
-            (
-                shard["name"],
-                "yes" if shard["healthy"] else "NO",
-                "dequeue only" if shard["dequeue_only"] else "serving",
-                left,
-                fmt.show_time(drain["counted_at_ms"]) if drain else "-",
-            )
-        )
-    headers = ("shard", "healthy", "mode", "unfinished jobs left", "counted (UTC)")
+    clustered = any(shard.get("cluster") for shard in data["shards"])
+    rows = [_shard_row(shard, clustered) for shard in data["shards"]]
+    headers: tuple[str, ...] = ("shard", "healthy", "mode", "unfinished jobs left", "counted (UTC)")
+    if clustered:
+        headers = ("cluster", *headers)
     _emit(args, out, data, fmt.table(headers, rows))
     return EXIT_OK
+
+
+def _shard_row(shard: dict, clustered: bool) -> tuple[str, ...]:
+    drain = shard.get("draining")
+    left = "-"
+    if drain is not None:
+        per_queue = ", ".join(f"{q}: {n}" for q, n in sorted(drain["jobs"].items()))
+        left = f"{drain['total']}" + (f" ({per_queue})" if per_queue else " (drained)")
+    row = (
+        shard["name"],
+        "yes" if shard["healthy"] else "NO",
+        "dequeue only" if shard["dequeue_only"] else "serving",
+        left,
+        fmt.show_time(drain["counted_at_ms"]) if drain else "-",
+    )
+    return (shard.get("cluster") or "-", *row) if clustered else row
 
 
 def _http_context(args):

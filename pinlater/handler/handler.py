@@ -31,7 +31,15 @@ from pinlater.handler.schedule_view import ScheduleView
 from pinlater.handler.tarpit import Tarpit
 from pinlater.idl import pinlater_thrift as wire
 from pinlater.storage.descriptors import JobDescriptor, split_local_id, split_prefix
-from pinlater.storage.models import Ack, Checkpoint, ClaimMatch, JobRecord, NewJob, new_ack
+from pinlater.storage.models import (
+    Ack,
+    Checkpoint,
+    ClaimMatch,
+    JobRecord,
+    NewJob,
+    new_ack,
+    new_job,
+)
 from pinlater.storage.sharded import CONTINUATION_START, ShardedBackend
 from pinlater.storage.unique_keys import DEFAULT_UNIQUE_WINDOW_SECONDS
 from pinlater.storage.watch import DueWatcher
@@ -447,13 +455,13 @@ class PinLaterHandler:
             and self._plain_numbers(priority, attempts, job.runAfterTimestampMillis)
         ):
             return None
-        return NewJob(
-            body=body,
-            priority=priority or 1,  # None or 1..levels
-            run_after_ms=job.runAfterTimestampMillis,
-            attempts_allowed=attempts or 2,  # None or 1..max_attempts
-            custom_status=status[: self.limits.custom_status_max_chars] if status else "",
-            unique_key=key,
+        return new_job(
+            body,
+            priority or 1,  # None or 1..levels
+            job.runAfterTimestampMillis,
+            attempts or 2,  # None or 1..max_attempts
+            status[: self.limits.custom_status_max_chars] if status else "",
+            key,
         )
 
     def _plain_numbers(self, priority, attempts, run_after) -> bool:

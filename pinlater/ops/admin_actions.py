@@ -127,14 +127,11 @@ class AdminActions:
             failed = self._counts(queue, JobState.FAILED, priorities, None)
             total = sum(failed.values())
             return _dry(queue, "failed", failed, total, min(total, limit))
-        done: dict[str, int] = {}
-        left = limit
-        for p in priorities:
-            if left <= 0:
-                break
-            done[str(p)] = ctx.store.retry_failed(queue, p, attempts, run_after, left)
-            left -= done[str(p)]
-        retried = limit - left
+        done, retried = _over_priorities(
+            priorities,
+            limit,
+            lambda p, left: ctx.store.retry_failed(queue, p, attempts, run_after, left),
+        )
         self.metrics.jobs("retried", queue, retried)
         log.info("admin API: %s retried %d failed job(s) of queue %s", actor, retried, queue)
         return {"queue": queue, "retried": retried, "by_priority": done}
@@ -154,14 +151,12 @@ class AdminActions:
             total = sum(matching.values())
             return _dry(queue, STATE_NAMES[state], matching, total, min(total, limit))
         body_filter = compile_body_filter(pattern, ctx.config.limits)
-        done: dict[str, int] = {}
-        left = limit
-        for p in priorities:
-            if left <= 0:
-                break
-            done[str(p)] = ctx.store.delete_jobs(queue, state, p, left, body_filter)
-            left -= done[str(p)]
-        return self._deleted(queue, state, limit - left, done, True, actor)
+        done, deleted = _over_priorities(
+            priorities,
+            limit,
+            lambda p, left: ctx.store.delete_jobs(queue, state, p, left, body_filter),
+        )
+        return self._deleted(queue, state, deleted, done, True, actor)
 
     def purge(self, name: object, body: Mapping[str, Any], actor: str) -> dict[str, Any]:
         """Delete every job in `state` (all priorities), in batches, for at most PURGE_SECONDS
@@ -232,6 +227,21 @@ class AdminActions:
             )
             for p in priorities
         }
+
+
+def _over_priorities(
+    priorities: list[int], limit: int, step: Callable[[int, int], int]
+) -> tuple[dict[str, int], int]:
+    """`step(priority, left)` on each priority in turn until `limit` jobs are done: the jobs
+    done per priority (str keys, as the API answers them) and their total."""
+    done: dict[str, int] = {}
+    left = limit
+    for p in priorities:
+        if left <= 0:
+            break
+        done[str(p)] = step(p, left)
+        left -= done[str(p)]
+    return done, limit - left
 
 
 def _only(body: Mapping[str, Any], allowed: set[str]) -> None:

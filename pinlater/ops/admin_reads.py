@@ -118,9 +118,17 @@ class AdminReads:
             "backend": {
                 "kind": config.backend.kind,
                 "shards": [
-                    {"name": s.name, "dequeue_only": bool(s.dequeue_only)}
+                    {
+                        "name": s.name,
+                        "dequeue_only": bool(s.dequeue_only),
+                        "cluster": ctx.store.cluster_of_shard(s.name),
+                    }
                     for s in ctx.store.shard_specs()
                 ],
+                "clusters": {
+                    name: config.clusters[name].kind for name in ctx.store.cluster_names()
+                },
+                "default_cluster": config.default_cluster,
                 "shard_map_file": config.backend.shard_map_file,
                 "retired_with_jobs": sorted(ctx.store.retired_shards()),
                 "require_durable": config.backend.require_durable,
@@ -165,6 +173,8 @@ class AdminReads:
         out["counts_live"] = live
         out["oldest_pending"] = self._oldest_pending(queue)
         out["placement"] = _placement_json(ctx.store, queue)
+        cap = ctx.store.fifo.cap(queue)
+        out["fifo"] = None if cap is None else {"in_flight_cap": cap}
         return out
 
     def ledger(self, name: object | None = None) -> dict[str, Any]:
@@ -194,6 +204,7 @@ class AdminReads:
             if counts is None
             else {state: sum(by_priority.values()) for state, by_priority in counts.items()},
             "rates": self.ctx.rates.rates(queue),
+            "cluster": self.ctx.store.cluster_of(queue),
             "settings": settings,
             "paused": settings["paused"]["value"],
             "rate_limited": settings["max_jobs_per_second"]["value"] is not None,
@@ -304,6 +315,7 @@ class AdminReads:
             shards.append(
                 {
                     "name": spec.name,
+                    "cluster": store.cluster_of_shard(spec.name),
                     "healthy": store.health.is_healthy(spec.name),
                     "dequeue_only": bool(spec.dequeue_only),
                     "takes_enqueues": spec.name in enqueue,

@@ -7,7 +7,8 @@ where there is something to do: one `Shard.queue_stats` read per shard tells, fo
 at once, the oldest claim and finished job of each priority and the first key expiry, so an
 idle queue costs no write at all:
 - reclaim: IN_PROGRESS jobs whose updated_at is older than the claim timeout go back to PENDING
-  with one attempt used, or to FAILED when none is left (a dead worker's job comes back);
+  with one attempt used, or to FAILED when none is left (a dead worker's job comes back), and
+  a dead broker's reservations past their deadline go back with nothing used;
 - purge: SUCCEEDED / FAILED jobs whose updated_at is older than their TTL are deleted;
 then, per (shard, queue), the unique-key records whose window has ended (`Shard.purge_keys`),
 and the ledger's journal rows folded into one (`Shard.fold_ledger`: MySQL, where it costs one
@@ -48,6 +49,7 @@ def _fingerprint(stats: QueueStats) -> tuple:
         tuple(sorted(stats.counts.items())),
         tuple(sorted(stats.oldest_update.items())),
         stats.first_key_expiry,
+        tuple(sorted(stats.first_reserve_expiry.items())),
     )
 
 
@@ -57,6 +59,8 @@ class JanitorCounts:
 
     reclaimed_to_pending: int = 0
     reclaimed_to_failed: int = 0
+    #: a dead broker's expired reservations returned to PENDING (semantics.md S-reserve-expiry)
+    reservations_returned: int = 0
     purged_succeeded: int = 0
     purged_failed: int = 0
     purged_keys: int = 0
@@ -183,7 +187,9 @@ class Janitor:
         )
         try:
             for priority in range(1, self.store.num_priorities + 1):
-                if _due(stats, priority, JobState.IN_PROGRESS, timeout_ms):
+                if _due(stats, priority, JobState.IN_PROGRESS, timeout_ms) or _reserve_due(
+                    stats, priority
+                ):
                     self._reclaim(name, queue, priority, timeout_ms, counts)
                 for state, ttl_ms in ttls:
                     if _due(stats, priority, state, ttl_ms):
@@ -207,9 +213,11 @@ class Janitor:
             )
             counts.reclaimed_to_pending += step.retried
             counts.reclaimed_to_failed += step.failed
-            if step.retried:  # PENDING again: no longer known empty, parked dequeues look
-                self.store.jobs_may_be_due(queue, [name], [priority], step.retried)
-            if step.retried + step.failed < batch:
+            counts.reservations_returned += step.released
+            returned = step.retried + step.released
+            if returned:  # PENDING again: no longer known empty, parked dequeues look
+                self.store.jobs_may_be_due(queue, [name], [priority], returned)
+            if step.retried + step.failed + step.released < batch:
                 return
 
     def _purge_keys(self, name: str, queue: str, counts: JanitorCounts) -> None:
@@ -262,6 +270,13 @@ class Janitor:
                 counts.purged_failed += purged
             if purged < batch:
                 return
+
+
+def _reserve_due(stats: QueueStats, priority: int) -> bool:
+    """A prefetching broker's reservation at `priority` has passed its deadline (a broker
+    that died with it; semantics.md S-reserve-expiry)."""
+    deadline = stats.first_reserve_expiry.get(priority)
+    return deadline is not None and deadline < stats.now_ms
 
 
 def _due(stats: QueueStats, priority: int, state: JobState, age_ms: int) -> bool:

@@ -67,7 +67,13 @@ class LedgerAudit:
             self.errors.inc()
             log.warning("ledger audit: cannot list queues: %s", exc)
             return False
-        pairs = [(q, s) for q in queues for s in self.store.shard_names()]
+        store = self.store  # with clusters: the shards of each queue's cluster only
+        pairs = [
+            (q, s)
+            for q in queues
+            for s in store.shard_names()
+            if store.cluster_of_shard(s) == store.cluster_of(q)
+        ]
         for gone in set(self._books) - set(pairs):
             self._books.pop(gone, None)
         self._todo.extend(pairs)

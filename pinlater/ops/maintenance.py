@@ -107,13 +107,14 @@ class ShardMapWatcher:
 
 
 class ShardMaintenance:
-    """One maintenance pass: probe unhealthy shards, then check the shard map file."""
+    """One maintenance pass: probe unhealthy shards, then check the shard map file (with
+    clusters: each cluster's that has one)."""
 
-    def __init__(self, store: ShardedBackend, watcher: ShardMapWatcher | None = None):
+    def __init__(self, store: ShardedBackend, *watchers: ShardMapWatcher | None):
         self.store = store
-        self.watcher = watcher
+        self.watchers = [watcher for watcher in watchers if watcher is not None]
 
     def run_once(self) -> None:
         self.store.probe_unhealthy()
-        if self.watcher is not None:
-            self.watcher.check()
+        for watcher in self.watchers:
+            watcher.check()

@@ -8,6 +8,8 @@ Queue config, YAML (the native form; unknown keys are errors):
       reports: {max_jobs_per_second: 0}      # 0 pauses the queue's dequeues
       orders: {unique_window_seconds: 3600}  # unique enqueue keys hold 1 h (default 24 h)
       thumbs: {partitions: 2}                 # lives on 2 shards (default: every shard)
+      ledger: {fifo: true, fifo_in_flight: 1} # handed out in enqueue order (one shard)
+      audits: {cluster: durable}              # lives in cluster `durable` (config `clusters:`)
       reports:                                # periodic jobs: see pinlater/ops/schedules.py
         schedules: [{name: nightly, cron: "0 3 * * *", timezone: Europe/Berlin, body: run}]
 
@@ -27,12 +29,13 @@ start keeps the last good value; at start-up it is a configuration error.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -66,6 +69,13 @@ class QueueSettings:
     schedules: tuple[Schedule, ...] = ()
     #: shards the queue lives on (pinlater.storage.placement); None = every shard
     partitions: int | None = field(default=None, metadata={"range": (1, 10_000)})
+    #: jobs handed out in enqueue order per priority, head-of-line blocking (docs/semantics.md
+    #: `F-...`); implies one partition
+    fifo: bool = False
+    #: a FIFO queue's IN_PROGRESS jobs at most (None = 1; only with `fifo: true`)
+    fifo_in_flight: int | None = field(default=None, metadata={"range": (1, 100_000)})
+    #: the cluster the queue is created in (pinlater.storage.clusters); None = the default one
+    cluster: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,8 +98,18 @@ class QueueConfig:
         ]
 
     def partitions(self) -> dict[str, int]:
-        """queue -> its `partitions` setting, for the queues that have one."""
-        return {name: s.partitions for name, s in self.queues.items() if s.partitions is not None}
+        """queue -> its `partitions` setting, for the queues that have one (1 for a FIFO
+        queue: it lives on exactly one shard)."""
+        found = {name: s.partitions for name, s in self.queues.items() if s.partitions}
+        return found | {name: 1 for name, s in self.queues.items() if s.fifo}
+
+    def fifo(self) -> dict[str, int]:
+        """queue -> its in-flight cap, for the FIFO queues."""
+        return {name: s.fifo_in_flight or 1 for name, s in self.queues.items() if s.fifo}
+
+    def clusters(self) -> dict[str, str]:
+        """queue -> its `cluster` setting, for the queues that have one."""
+        return {name: s.cluster for name, s in self.queues.items() if s.cluster is not None}
 
     def rates(self) -> dict[str, float]:
         return {
@@ -116,9 +136,23 @@ def parse_queue_config(text: str, origin: str) -> QueueConfig:
             value = getattr(s, key)
             if value is not None and not math.isfinite(value):
                 problems.append(f"{origin}: queues.{name}.{key}: must be a finite number")
+        problems.extend(_fifo_problems(name, s, origin))
     if problems:
         raise ConfigError(problems)
     return QueueConfig(settings)
+
+
+def _fifo_problems(name: str, settings: QueueSettings, origin: str) -> list[str]:
+    """A FIFO queue lives on one shard; `fifo_in_flight` means nothing without `fifo`."""
+    where = f"{origin}: queues.{name}"
+    if settings.fifo and settings.partitions is not None and settings.partitions > 1:
+        return [
+            f"{where}: fifo: true keeps the queue on one shard, so partitions must be 1 or "
+            f"left out (got {settings.partitions})"
+        ]
+    if not settings.fifo and settings.fifo_in_flight is not None:
+        return [f"{where}.fifo_in_flight: only for a FIFO queue (set fifo: true)"]
+    return []
 
 
 def _queues_section(text: str, origin: str) -> Any:
@@ -190,12 +224,22 @@ def _check_name(name: Any, path: str, problems: list[str]) -> TypeGuard[str]:
     return False
 
 
-def read_queue_config(path: str) -> QueueConfig:
+def read_queue_config(path: str, clusters: Collection[str] = ()) -> QueueConfig:
+    """The file's settings; a `cluster:` must name one of `clusters` (the configured ones)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"queue_config: cannot read {path}: {exc}"]) from None
-    return parse_queue_config(text, f"queue_config {path}")
+    config = parse_queue_config(text, f"queue_config {path}")
+    problems = [
+        f"queue_config {path}: queues.{queue}.cluster: {cluster!r} is not a configured cluster"
+        + (f" ({', '.join(clusters)})" if clusters else " (the server config has no `clusters:`)")
+        for queue, cluster in config.clusters().items()
+        if cluster not in clusters
+    ]
+    if problems:
+        raise ConfigError(problems)
+    return config
 
 
 def read_server_count(path: str) -> int:
@@ -209,10 +253,13 @@ def read_server_count(path: str) -> int:
     return len(set(endpoints))
 
 
-def check_files(queue_config: str | None, server_set_file: str | None) -> list[str]:
+def check_files(
+    queue_config: str | None, server_set_file: str | None, clusters: Collection[str] = ()
+) -> list[str]:
     """Every problem of the two files (for load_config, before the port is bound)."""
     problems: list[str] = []
-    for path, read in ((queue_config, read_queue_config), (server_set_file, read_server_count)):
+    read_settings = functools.partial(read_queue_config, clusters=clusters)
+    for path, read in ((queue_config, read_settings), (server_set_file, read_server_count)):
         if path:
             try:
                 read(path)
@@ -234,13 +281,16 @@ class QueueConfigWatcher:
         server_set_file: str | None,
         on_change: Callable[[QueueConfig, int], None],
         on_error: Callable[[str], None] | None = None,
+        clusters: Collection[str] = (),
     ):
+        """`clusters`: the configured clusters, which a queue's `cluster:` must name."""
+        self._read = functools.partial(read_queue_config, clusters=tuple(clusters))
         self._on_change = on_change
         self._on_error = on_error or (lambda kind: None)
         self._lock = threading.Lock()
         self._config_file = WatchedFile(queue_config) if queue_config else None
         self._servers_file = WatchedFile(server_set_file) if server_set_file else None
-        self.config = read_queue_config(queue_config) if queue_config else QueueConfig()
+        self.config = self._read(queue_config) if queue_config else QueueConfig()
         self.servers = read_server_count(server_set_file) if server_set_file else 1
         self._on_change(self.config, self.servers)
 
@@ -249,9 +299,7 @@ class QueueConfigWatcher:
         with self._lock:
             config, servers = self.config, self.servers
             if self._config_file is not None and self._config_file.changed():
-                config = self._try(
-                    read_queue_config, self._config_file.path, "queue_config", config
-                )
+                config = self._try(self._read, self._config_file.path, "queue_config", config)
             if self._servers_file is not None and self._servers_file.changed():
                 servers = self._try(
                     read_server_count, self._servers_file.path, "server_set", servers

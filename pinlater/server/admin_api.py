@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import unquote
 
 from pinlater.errors import (
     ContinuationInvalid,
@@ -34,14 +34,11 @@ from pinlater.ops.admin_actions import AdminActions
 from pinlater.ops.admin_reads import AdminReads, JobNotFound
 from pinlater.server.admin_auth import AdminAuth, AuthError, Principal
 from pinlater.server.http import Request, Response
+from pinlater.server.query_params import BadInput, parse_fields, whole_number, yes_no
 
 log = logging.getLogger("pinlater.admin")
 
 PREFIX = "/api/v1"
-#: query parameters one request may carry
-MAX_QUERY_FIELDS = 20
-_INT = re.compile(r"-?[0-9]{1,18}", re.ASCII)
-_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 @dataclass(frozen=True)
@@ -71,27 +68,10 @@ class Call:
         return data
 
     def int_param(self, name: str) -> int | None:
-        text = self.query.get(name)
-        if text is None or text == "":
-            return None
-        if not _INT.fullmatch(text):
-            raise BadInput(f"{name}: must be an integer, got {text[:40]!r}")
-        return int(text)
+        return whole_number(self.query, name)
 
     def bool_param(self, name: str, default: bool = False) -> bool:
-        text = self.query.get(name)
-        if text is None or text == "":
-            return default
-        value = _BOOLS.get(text.lower())
-        if value is None:
-            raise BadInput(f"{name}: must be true or false, got {text[:40]!r}")
-        return value
-
-
-class BadInput(PinLaterError):
-    """Malformed HTTP input (query, path or body) the admin API answers 400."""
-
-    name = "INVALID_REQUEST"
+        return yes_no(self.query, name, default)
 
 
 @dataclass(frozen=True)
@@ -210,7 +190,7 @@ class AdminApi:
             self.auth.check_post(request, principal)
             if route.action and self.read_only:
                 raise AuthError(403, "read_only", "the admin API is read-only on this server")
-        call = Call(request, params, principal, _query(request.query))
+        call = Call(request, params, principal, parse_fields(request.query, "query parameter"))
         return route.handler(call)
 
     def _match(self, request: Request) -> tuple[Route | None, dict[str, str], set[str]]:
@@ -274,21 +254,6 @@ def _json(handler: Callable[[Call], Any], status: int = 200) -> Callable[[Call],
         return result if isinstance(result, Response) else Response.json(status, result)
 
     return run
-
-
-def _query(text: str) -> dict[str, str]:
-    try:
-        pairs = parse_qsl(
-            text, keep_blank_values=True, strict_parsing=False, max_num_fields=MAX_QUERY_FIELDS
-        )
-    except ValueError:
-        raise BadInput(f"more than {MAX_QUERY_FIELDS} query parameters") from None
-    query: dict[str, str] = {}
-    for key, value in pairs:
-        if key in query:
-            raise BadInput(f"query parameter {key!r} given twice")
-        query[key] = value
-    return query
 
 
 #: error class -> (HTTP status, code); the first match in order wins

@@ -66,6 +66,7 @@ def health_report(store, started: float) -> tuple[int, dict]:
     shards = [
         {
             "name": spec.name,
+            "cluster": store.cluster_of_shard(spec.name),
             "healthy": store.health.is_healthy(spec.name),
             "dequeue_only": bool(spec.dequeue_only),
             "takes_enqueues": spec.name in enqueue,

@@ -71,6 +71,9 @@ BodyFilter = Callable[[bytes], bool]
 DELETE_STEP = 2000
 #: the most queues one `Shard.queue_stats` call may be asked about (callers slice)
 MAX_STATS_QUEUES = 1000
+#: the most leases one `Shard.live_leases` call returns (lease names are few: one per
+#: partition and one per server)
+MAX_LEASES_LISTED = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +201,68 @@ class Shard(abc.ABC):
         With a `budget`, only the leading jobs that fit it (`ByteBudget.fitting`) are claimed
         and returned; the rest stay as they were, and bodies of jobs left out are not read."""
 
+    # ---- prefetching broker (docs/semantics.md `S-...`) ----
+    @abc.abstractmethod
+    def prefetch(
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        hold_ms: int,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        """As `dequeue` with a claim (same eligibility, order, budget, claim and ledger
+        `dequeued` count), but the jobs are *reserved*: IN_PROGRESS under `claim` for a broker
+        that has not handed them out yet. A reserved job's deadline is now + `hold_ms`,
+        independent of the queue's claim timeout: `reclaim_expired` returns it to PENDING after
+        it without using an attempt (run_after and attempts unchanged). Reads and counts show
+        it as IN_PROGRESS with its claim, and acks and checkpoints that match its claim apply
+        to it as to a handed-out job (write-behind hand-outs: the worker may be faster)."""
+
+    @abc.abstractmethod
+    def hand_out(
+        self,
+        queue: str,
+        priority: int,
+        jobs: Sequence[tuple[int, str]],
+        claim: str | None = None,
+    ) -> int:
+        """Turn reserved jobs, given as (local_id, the claim they were prefetched with), into
+        ordinary claims from now: updated_at = now, so the claim timeout counts from hand-out,
+        and no deadline of their own any more. With `claim`, the jobs take it (the handing-out
+        request's claim, which names the worker's source); None keeps the prefetch claim. A job
+        that is not reserved under the given claim any more (acked, checkpointed, released,
+        returned by the janitor, claimed again) is left alone. One statement per prefetch claim
+        (usually one); returns how many jobs were handed out. Counts nothing in the ledger
+        (the prefetch counted the claim)."""
+
+    @abc.abstractmethod
+    def release(self, queue: str, priority: int, jobs: Sequence[tuple[int, str]]) -> int:
+        """Reserved jobs, given as (local_id, prefetch claim), back to PENDING at once: claim
+        cleared, run_after and attempts unchanged (they keep their place in dequeue order),
+        updated_at = now. A broker that stops, or whose buffered jobs idled past its bound,
+        calls it. Jobs no longer reserved under that claim are left alone; returns how many
+        were released. Counts nothing in the ledger (as a checkpoint to PENDING)."""
+
+    @abc.abstractmethod
+    def dequeue_fifo(
+        self,
+        queue: str,
+        limit: int,
+        in_flight_cap: int,
+        claim: str | None,
+        budget: ByteBudget | None = None,
+    ) -> list[DequeuedJob]:
+        """A FIFO queue's dequeue (docs/semantics.md `F-...`), atomic against every other
+        dequeue_fifo of the queue on the shard, from any server: count the queue's IN_PROGRESS
+        jobs (every priority), and claim up to min(`limit`, `in_flight_cap` - that count)
+        heads, priority 1 first. A priority's heads are its PENDING jobs in local id (enqueue)
+        order, taken while due: the first one not due (a retry delay, a checkpoint, a delayed
+        enqueue) ends that priority, so nothing behind it is handed out. `claim` None is a dry
+        run (what a claim would take now, nothing changed); a `budget` stops the whole call at
+        the first job that does not fit. Jobs come back in priority, then id order."""
+
     @abc.abstractmethod
     def next_due_ms(self, queue: str) -> int | None:
         """Milliseconds from the shard's now until its earliest PENDING job of `queue` (any
@@ -225,6 +290,21 @@ class Shard(abc.ABC):
         have been applied (the caller applies them again: a repeated ack is a no-op)."""
         applied = self.ack(queue, succeeded, failed)
         return applied, self.dequeue(queue, priority, limit, claim, budget)
+
+    def ack_and_dequeue_fifo(
+        self,
+        queue: str,
+        succeeded: Sequence[Ack],
+        failed: Sequence[Ack],
+        limit: int,
+        in_flight_cap: int,
+        claim: str,
+        budget: ByteBudget | None = None,
+    ) -> tuple[int, list[DequeuedJob]]:
+        """Piggy-backed acks, then a FIFO dequeue, as `ack` then `dequeue_fifo` (so the acks
+        free their room under the cap first), as `ack_and_dequeue` is for `dequeue`."""
+        applied = self.ack(queue, succeeded, failed)
+        return applied, self.dequeue_fifo(queue, limit, in_flight_cap, claim, budget)
 
     @abc.abstractmethod
     def checkpoint(self, queue: str, checkpoints: Sequence[Checkpoint]) -> int:
@@ -302,8 +382,11 @@ class Shard(abc.ABC):
     def reclaim_expired(
         self, queue: str, priority: int, claim_timeout_ms: int, limit: int
     ) -> ReclaimCounts:
-        """Up to `limit` IN_PROGRESS jobs whose updated_at is older than the timeout: back to
-        PENDING with one attempt used (run_after = now), or FAILED when none is left."""
+        """Up to `limit` jobs in all: reserved jobs (`prefetch`) whose deadline has passed,
+        back to PENDING with nothing used (`released`; never counted as reclaimed), then
+        IN_PROGRESS jobs handed out (not reserved) whose updated_at is older than the timeout:
+        back to PENDING with one attempt used (run_after = now), or FAILED when none is left.
+        A reserved job is never subject to the claim timeout, only to its own deadline."""
 
     @abc.abstractmethod
     def purge(self, queue: str, priority: int, state: JobState, ttl_ms: int, limit: int) -> int:
@@ -331,6 +414,27 @@ class Shard(abc.ABC):
         (the books read the same before and after); return how many rows it removed. A
         storage whose counters are one row or hash has nothing to fold (0)."""
         return 0
+
+    # ---- leases (partition ownership and server liveness for the prefetching broker) ----
+    @abc.abstractmethod
+    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+        """Take or renew the lease `name` for `owner` until now + ttl_ms (shard clock), as one
+        atomic step: succeeds when the lease is free, expired, or already `owner`'s; False
+        (nothing changed) while another owner holds it. Names and owners are checked by
+        `pinlater.storage.leases.check_lease`. A lease is advisory: correctness never depends
+        on one (jobs are claimed atomically in storage)."""
+
+    @abc.abstractmethod
+    def release_lease(self, name: str, owner: str) -> bool:
+        """Give up the lease `name` if `owner` holds it (expired or not); whether it did."""
+
+    @abc.abstractmethod
+    def live_leases(self, prefix: str) -> dict[str, str]:
+        """name -> owner of every unexpired lease whose name starts with `prefix` (a server
+        heartbeat is a lease of its own, so this also tells which servers are alive); at
+        most MAX_LEASES_LISTED leases. One transaction (script call), which also forgets a
+        few leases expired for a day (`pinlater.storage.leases`), so per-process heartbeats
+        do not pile up over restarts."""
 
     # ---- runtime queue settings (one document, kept on the first shard of the map) ----
     @abc.abstractmethod

@@ -6,7 +6,8 @@ The books of a queue on a shard balance when `enqueued - deleted - purged` equal
 present in all states. Every other counter (deduplicated, dequeued, succeeded, failed,
 retried, reclaimed) moves jobs between states, or stores nothing, and is there for operators.
 A `LedgerBook` is read in one snapshot (one read transaction, one script call), so the
-counters and the state counts it holds agree even while the queue is busy.
+counters and the state counts it holds agree even while the queue is busy. The counter names
+(`COUNTERS`, what each one counts) are in pinlater.common.ledger_counters, shared with the CLI.
 """
 
 from __future__ import annotations
@@ -14,29 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pinlater.common.ledger_counters import COUNTERS
 from pinlater.storage.models import JobState
-
-#: the counters, in the order the storage keeps and reports them:
-#: enqueued      jobs stored by an enqueue
-#: deduplicated  jobs of keyed enqueues that stored nothing (their unique key was held)
-#: dequeued      PENDING -> IN_PROGRESS (claims made by dequeues)
-#: succeeded     IN_PROGRESS -> SUCCEEDED (success acks)
-#: failed        IN_PROGRESS -> FAILED (failure acks with no attempt left)
-#: retried       IN_PROGRESS -> PENDING (failure acks with attempts left)
-#: reclaimed     IN_PROGRESS -> PENDING or FAILED (claims the janitor found expired)
-#: deleted       jobs removed by deleteJobs
-#: purged        jobs removed by the janitor's purge
-COUNTERS = (
-    "enqueued",
-    "deduplicated",
-    "dequeued",
-    "succeeded",
-    "failed",
-    "retried",
-    "reclaimed",
-    "deleted",
-    "purged",
-)
 
 
 def deltas(**changes: int) -> dict[str, int]:

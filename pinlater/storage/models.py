@@ -9,7 +9,7 @@ in SQL/Lua and the conformance suite pins each one.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 
@@ -113,6 +113,29 @@ _SET_ACK = tuple(getattr(Ack, name).__set__ for name in Ack.__slots__)
 
 
 _SET_DEQUEUED = tuple(getattr(DequeuedJob, name).__set__ for name in DequeuedJob.__slots__)
+_SET_NEW_JOB = tuple(getattr(NewJob, name).__set__ for name in NewJob.__slots__)
+
+
+def new_job(
+    body: bytes,
+    priority: int,
+    run_after_ms: int | None,
+    attempts_allowed: int,
+    custom_status: str,
+    unique_key: str | None,
+) -> NewJob:
+    """`NewJob(...)` of already valid values, built by setting its slots directly (as
+    new_ack): the handler builds one per enqueued job, and the frozen dataclass `__init__`
+    took ~0.8 us of the server's ~11 us per job on a Redis enqueue."""
+    job = _NEW(NewJob)
+    set_body, set_priority, set_run_after, set_attempts, set_status, set_key = _SET_NEW_JOB
+    set_body(job, body)
+    set_priority(job, priority)
+    set_run_after(job, run_after_ms)
+    set_attempts(job, attempts_allowed)
+    set_status(job, custom_status)
+    set_key(job, unique_key)
+    return job
 
 
 def new_dequeued_job(
@@ -177,10 +200,13 @@ class ScanBound:
 
 @dataclass(frozen=True, slots=True)
 class ReclaimCounts:
-    """What one reclaim step did: jobs sent back to PENDING and jobs moved to FAILED."""
+    """What one reclaim step did: expired claims sent back to PENDING (one attempt used) and
+    moved to FAILED, and expired reservations of a prefetching broker returned to PENDING
+    with nothing used (`released`: not reclaims, the jobs were never handed out)."""
 
     retried: int = 0
     failed: int = 0
+    released: int = 0
 
 
 #: the states whose jobs the janitor ages by updated_at (claims expire, finished jobs are purged)
@@ -195,9 +221,12 @@ class QueueStats:
     now (future) or <= now, exact up to the call's cap, for every configured priority and all
     four states. `oldest_update[(priority, state)]`: the smallest updated_at of the
     jobs in an AGED_STATES state (absent when there is none). `first_key_expiry`: the
-    earliest expires_at of the queue's unique-key records (None when there is none)."""
+    earliest expires_at of the queue's unique-key records (None when there is none).
+    `first_reserve_expiry[priority]`: the earliest deadline of the priority's reserved jobs
+    (`Shard.prefetch`; absent when there is none), so the janitor knows when to return them."""
 
     now_ms: int
     counts: dict[tuple[int, JobState, bool], int]
     oldest_update: dict[tuple[int, JobState], int]
     first_key_expiry: int | None = None
+    first_reserve_expiry: dict[int, int] = field(default_factory=dict)

@@ -34,6 +34,7 @@ from pinlater.storage.contract import Backend, BodyFilter, ByteBudget, Shard, Sh
 from pinlater.storage.descriptors import MAX_LOCAL_ID, JobDescriptor
 from pinlater.storage.empty_partitions import EmptyPartitions
 from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
+from pinlater.storage.fifo import FifoQueues, dequeue_fifo
 from pinlater.storage.health import ShardHealth
 from pinlater.storage.ledger import LedgerBook
 from pinlater.storage.models import (
@@ -88,6 +89,11 @@ class ShardedBackend:
     call_observer: Callable[[str, float, bool], None] | None = None
     #: told (shard, error) of every failed storage call attempt (recent errors); None = nobody
     failure_observer: Callable[[str, Exception], None] | None = None
+    #: asked (specs, retired) before a reload takes effect, may raise to refuse it (a
+    #: ClusterRouter: shard names unique across clusters); None = nobody
+    reload_check: Callable[[Sequence[ShardSpec], frozenset[str]], None] | None = None
+    #: told after every applied reload (a ClusterRouter: which cluster owns which shard)
+    on_reloaded: Callable[[], None] | None = None
 
     def __init__(
         self,
@@ -101,17 +107,23 @@ class ShardedBackend:
         empty_partition_ttl: float = 0.0,
         enqueue_backend: Backend | None = None,
         retired: Iterable[str] = (),
+        cluster: str | None = None,
+        signals: QueueSignals | None = None,
+        empty: EmptyPartitions | None = None,
     ):
         """`empty_partition_ttl` (seconds; 0 = off): how long a (queue, shard, priority) a
         dequeue found empty is skipped at most (pinlater/storage/empty_partitions.py).
         `enqueue_backend` (another instance of the backend's class): enqueues get shards
         opened from it, i.e. storage connections of their own, so that no dequeue storm
-        holding every pooled connection delays them."""
+        holding every pooled connection delays them. `cluster` names this store when it is one
+        of several behind a ClusterRouter (pinlater/storage/clusters.py), which hands every
+        cluster the same `signals` and `empty` (parked dequeues wait on one set of signals)."""
         self.enqueue_backend = enqueue_backend
+        self.cluster = cluster
         self.backend = backend
         #: what makes parked dequeues look again (pinlater/storage/signals.py)
-        self.signals = QueueSignals()
-        self.empty = EmptyPartitions(empty_partition_ttl)
+        self.signals = QueueSignals() if signals is None else signals
+        self.empty = EmptyPartitions(empty_partition_ttl) if empty is None else empty
         self.num_priorities = num_priorities
         self._retries = retries
         self.health = ShardHealth(unhealthy_after_failures)
@@ -128,6 +140,8 @@ class ShardedBackend:
         #: which shards each partitioned queue lives on (pinlater/storage/placement.py)
         self.placement = Placement()
         self.placement.shards_changed(specs)
+        #: the FIFO queues and their in-flight caps (pinlater/storage/fifo.py)
+        self.fifo = FifoQueues()
 
     # ---------------------------------------------------------------- shard set
 
@@ -136,6 +150,18 @@ class ShardedBackend:
 
     def shard_specs(self) -> list[ShardSpec]:
         return list(self._set.specs.values())
+
+    def cluster_names(self) -> list[str]:
+        """The configured clusters (none without `clusters:`)."""
+        return [] if self.cluster is None else [self.cluster]
+
+    def cluster_of_shard(self, name: str) -> str | None:
+        """The cluster shard `name` belongs to (None without `clusters:`)."""
+        return self.cluster
+
+    def cluster_of(self, queue: str) -> str | None:
+        """The cluster that serves `queue` (None without `clusters:`)."""
+        return self.cluster
 
     def _enqueue_shards(
         self, specs: Sequence[ShardSpec], shards: dict[str, Shard], reuse: dict | None = None
@@ -190,6 +216,8 @@ class ShardedBackend:
         storage is down is never called. Raises (keeping the old map) if a new shard fails.
         Whether dropping a shard loses jobs is the caller's check (`pinlater.ops.retire`)."""
         retired = frozenset(retired)
+        if self.reload_check is not None:
+            self.reload_check(specs, retired)
         with self._reload_lock:
             old = self._set
             reused = _reusable(old, specs)
@@ -207,6 +235,8 @@ class ShardedBackend:
                 ", ".join(f"{s.name}{' (dequeue_only)' if s.dequeue_only else ''}" for s in specs),
                 f"; retired with jobs: {', '.join(sorted(retired))}" if retired else "",
             )
+        if self.on_reloaded is not None:
+            self.on_reloaded()
 
     def _close_replaced(self, old: _ShardSet, shards: dict[str, Shard]) -> None:
         """Close the shards of `old` the new map (`shards`) did not keep."""
@@ -541,6 +571,9 @@ class ShardedBackend:
         with its first dequeue in one call (`Shard.ack_and_dequeue`: one round trip on Redis);
         if that call fails, the acks are applied on their own (an error there is the caller's)
         and the dequeue goes on as usual."""
+        cap = self.fifo.cap(queue)
+        if cap is not None:  # docs/semantics.md F-...
+            return dequeue_fifo(self, queue, limit, source, dry_run, cap, acks, budget)
         names = self._examined(coverage, self.placement.dequeue_shards(queue))
         healthy = [n for n in names if self.health.is_healthy(n)]
         claim = None if dry_run else new_claim(source)
@@ -616,6 +649,8 @@ class ShardedBackend:
         finally:
             if failed:  # a failure ack may have made its job PENDING again
                 self.jobs_may_be_due(queue, list({name for name, _ in failed}))
+            elif succeeded and self.fifo.cap(queue) is not None:  # room under the FIFO cap
+                self.signals.changed(queue, len(succeeded))
         return sum(applied.values())
 
     def checkpoint(self, queue: str, checkpoints: Sequence[tuple[str, Checkpoint]]) -> int:

@@ -110,8 +110,9 @@ class DueWatcher:
         store, soonest, ready = self.store, None, []
         levels = store.num_priorities
         started = self.clock()
-        # a partitioned queue: its placement and the shards still holding its jobs
-        for name in store.placement.dequeue_shards(queue) or store.shard_names():
+        # a partitioned queue: its placement and the shards still holding its jobs (with
+        # clusters: of its cluster)
+        for name in store.placement.dequeue_shards(queue) or store.read_shards(queue):
             if not store.health.is_healthy(name):
                 continue
             self.polls += 1

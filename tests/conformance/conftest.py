@@ -25,6 +25,10 @@ FLAVOURS = {
     "mysql": ("tests.support.mysql_env", "start"),
     "redis": ("tests.support.redis_env", "start"),
     "mysql8": ("tests.support.mysql8_container_env", "start"),
+    # one App over two clusters (Redis "hot", MySQL "durable"): the tests' queues go to the
+    # default cluster through the router, so the suite runs once per cluster
+    "clusters_redis": ("tests.support.clusters_env", "start_redis_default"),
+    "clusters_mysql": ("tests.support.clusters_env", "start_mysql_default"),
 }
 
 
@@ -46,10 +50,15 @@ def conformance_app(flavour, tmp_path_factory):
     start = getattr(importlib.import_module(module), factory)
     with contextlib.ExitStack() as stack:
         env = stack.enter_context(start(tmp_path_factory.mktemp(flavour)))
+        sections = (
+            env.config_sections()
+            if hasattr(env, "config_sections")
+            else {"backend": env.backend_section()}
+        )
         config = load_config(
             env=_no_env(),
             overrides={
-                "backend": env.backend_section(),
+                **sections,
                 "admin": {
                     "password_hash": hash_password(ADMIN_PASSWORD, iterations=1000),
                     # tests delete queues in loops; the hashing cap is pinned elsewhere

@@ -24,20 +24,18 @@ def shard_of(descriptor: str) -> str:
 
 @pytest.mark.rule("Q-partitions")
 def test_a_one_partition_queue_stores_its_jobs_on_its_rendezvous_shard(api, queue, placed):
-    store = api.app.store
-    eligible = [s.name for s in store.shard_specs() if not s.dequeue_only]
+    eligible = [s.name for s in api.store.shard_specs() if not s.dequeue_only]  # its cluster's
     [expected] = rendezvous(queue, eligible, 1)
     descriptors = [d for _ in range(12) for d in api.enqueue(queue, b"x")]
     assert {shard_of(d) for d in descriptors} == {expected}
-    PlacementCheck(store).run_once()
+    PlacementCheck(api.app.store).run_once()
     assert placed.dequeue_shards(queue) == (expected,)
     assert sorted(api.dequeue_ids(queue, 20)) == sorted(descriptors)
 
 
 @pytest.mark.rule("Q-partitions-change")
 def test_changing_partitions_moves_no_job_and_all_stay_reachable(api, queue, placed):
-    store = api.app.store
-    shards = len(store.shard_names())
+    shards = len(api.store.shard_names())
     placed.configure({queue: shards})  # every shard
     spread = [d for _ in range(30) for d in api.enqueue(queue, b"a")]
     placed.configure({queue: 1})  # the others leave: their jobs stay where they are

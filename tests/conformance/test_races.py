@@ -3,9 +3,11 @@ double-move a job."""
 
 import threading
 from collections import Counter
+from functools import partial
 
 import pytest
 
+from pinlater.storage.shard_kit.races import run_threads
 from tests.conformance.api import Api
 from tests.conformance.wire import loopback_client
 
@@ -22,26 +24,17 @@ def test_concurrent_dequeuers_claim_each_job_exactly_once(api, queue):
         api.enqueue(queue, *[f"job{i}".encode() for i in range(start, start + 200)])
     got: list[str] = []
     lock = threading.Lock()
-    errors = []
 
     def worker(n):
         mine = own_api(api)
-        try:
-            for _ in range(200):
-                ids = list((mine.dequeue(queue, 7, source=f"w:{n}").jobs or {}).keys())
-                if not ids:
-                    return
-                with lock:
-                    got.extend(ids)
-        except Exception as exc:  # noqa: BLE001 (any error in a worker thread is surfaced below)
-            errors.append(exc)
+        for _ in range(200):
+            ids = list((mine.dequeue(queue, 7, source=f"w:{n}").jobs or {}).keys())
+            if not ids:
+                return
+            with lock:
+                got.extend(ids)
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors
+    run_threads([partial(worker, n) for n in range(4)], timeout=60)
     counts = Counter(got)
     assert len(counts) == total and max(counts.values()) == 1
     assert api.count(queue, 1) == total

@@ -7,6 +7,7 @@ import pytest
 
 from pinlater.idl import ErrorCode as E
 from pinlater.storage.descriptors import JobDescriptor
+from pinlater.storage.shard_kit.races import run_threads
 from pinlater.storage.unique_keys import DEFAULT_UNIQUE_WINDOW_SECONDS, owner_shard
 from tests.conformance.api import Api
 from tests.conformance.faults import full, intercepted, lost_connection
@@ -175,24 +176,15 @@ def test_a_request_is_atomic_per_owner_shard(api, queue):
 def test_concurrent_enqueues_of_one_key_store_one_job(api, queue):
     answers: list[str] = []
     lock = threading.Lock()
-    errors: list[BaseException] = []
 
     def client() -> None:
         mine = Api(loopback_client(api.app.handler), api.app)  # a connection per thread
-        try:
-            for i in range(25):
-                [d] = mine.enqueue(queue, keyed(b"%d" % i, f"k{i % 5}"))
-                with lock:
-                    answers.append(d)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
-            errors.append(exc)
+        for i in range(25):
+            [d] = mine.enqueue(queue, keyed(b"%d" % i, f"k{i % 5}"))
+            with lock:
+                answers.append(d)
 
-    threads = [threading.Thread(target=client) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not errors, errors[0]
+    run_threads([client] * 6, timeout=60)
     assert len(answers) == 150 and len(set(answers)) == 5
     assert count_all(api, queue) == 5
 

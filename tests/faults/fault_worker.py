@@ -65,20 +65,7 @@ def run(args: argparse.Namespace) -> int:
             history.complete(record, outcome_of(exc), error=str(exc)[:200])
             time.sleep(0.1)
             continue
-        for job in jobs:
-            history.add(
-                {
-                    "op": "deliver",
-                    "process": args.source,
-                    "invoke": record["invoke"],
-                    "complete": time.time(),
-                    "outcome": "ok",
-                    "job": job_id(job.body),
-                    "descriptor": job.descriptor,
-                    "claim": job.claim,
-                    "attempts_remaining": job.attempts_remaining,
-                }
-            )
+        history.deliveries(record, jobs)
         if not jobs:
             time.sleep(0.05)
             continue

@@ -273,20 +273,7 @@ class Rig:
         return False
 
     def _deliver_and_ack(self, client: PinLaterClient, record: dict, jobs) -> None:
-        for job in jobs:
-            self.history.add(
-                {
-                    "op": "deliver",
-                    "process": "drain",
-                    "invoke": record["invoke"],
-                    "complete": time.time(),
-                    "outcome": "ok",
-                    "job": job_id(job.body),
-                    "descriptor": job.descriptor,
-                    "claim": job.claim,
-                    "attempts_remaining": job.attempts_remaining,
-                }
-            )
+        self.history.deliveries(record, jobs, "drain")
         acks = [
             self.history.invoke(
                 "ack", job=job_id(j.body), descriptor=j.descriptor, claim=j.claim, result="success"
@@ -423,7 +410,7 @@ class Rig:
         rec = self.history.invoke("dequeue")
         old = old_client.dequeue(self.queue, n)
         assert old, "the probe found no job to dequeue"
-        self._record_deliveries(rec, old, "probe-a")
+        self.history.deliveries(rec, old, "probe-a")
         mine = {j.descriptor for j in old}
         again = self._dequeue_again(new_client, mine)
         assert len(again) == len(old), "reclaimed probe jobs did not come back"
@@ -451,28 +438,13 @@ class Rig:
         while len(again) < len(mine) and time.monotonic() < deadline:
             rec = self.history.invoke("dequeue")
             got = client.dequeue(self.queue, 100)
-            self._record_deliveries(rec, got, "probe-b")
+            self.history.deliveries(rec, got, "probe-b")
             again += [j for j in got if j.descriptor in mine]
             others = [j for j in got if j.descriptor not in mine]
             if others:
                 self._ack_recorded(client, others)
             time.sleep(0.05)
         return again
-
-    def _record_deliveries(self, record: dict, jobs, process: str) -> None:
-        for job in jobs:
-            self.history.add(
-                {
-                    "op": "deliver",
-                    "process": process,
-                    "invoke": record["invoke"],
-                    "complete": time.time(),
-                    "outcome": "ok",
-                    "job": job_id(job.body),
-                    "descriptor": job.descriptor,
-                    "claim": job.claim,
-                }
-            )
 
     def _ack_recorded(self, client: PinLaterClient, jobs) -> None:
         acks = [

@@ -67,6 +67,23 @@ class History:
             if self._file is not None:
                 self._file.write(json.dumps(record, sort_keys=True) + "\n")
 
+    def deliveries(self, record: dict[str, Any], jobs, process: str | None = None) -> None:
+        """A `deliver` record for each job a dequeue handed out (`record` is the dequeue's)."""
+        for job in jobs:
+            self.add(
+                {
+                    "op": "deliver",
+                    "process": process or self.process,
+                    "invoke": record["invoke"],
+                    "complete": time.time(),
+                    "outcome": "ok",
+                    "job": job_id(job.body),
+                    "descriptor": job.descriptor,
+                    "claim": job.claim,
+                    "attempts_remaining": job.attempts_remaining,
+                }
+            )
+
     def records(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._records)

@@ -135,7 +135,7 @@ def _blind_dequeue(rig, address: str, source: str) -> None:
         rig.history.complete(record, outcome_of(exc))
         return
     rig.history.complete(record, "ok")
-    rig._record_deliveries(record, jobs, source)  # only if the reply got through after all
+    rig.history.deliveries(record, jobs, source)  # only if the reply got through after all
 
 
 def _delivered(rig) -> int:

@@ -70,7 +70,7 @@ def _redeliver(rig, client, descriptors: set[str]) -> dict:
     def round_() -> bool:
         record = rig.history.invoke("dequeue")
         jobs = client.dequeue(rig.queue, 50)
-        rig._record_deliveries(record, jobs, "thief")
+        rig.history.deliveries(record, jobs, "thief")
         found.update({j.descriptor: j for j in jobs if j.descriptor in descriptors})
         others = [j for j in jobs if j.descriptor not in descriptors]
         if others:

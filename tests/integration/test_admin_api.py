@@ -11,29 +11,24 @@ import time
 import pytest
 
 from pinlater import __version__
-from pinlater.common.passwords import hash_password
-from pinlater.idl import PinLaterException, RequestContext
+from pinlater.idl import PinLaterException
 from pinlater.idl import pinlater_thrift as T
 from tests.conformance.faults import intercepted, lost_connection
 from tests.support.admin_http import AdminHttp, error_code
+from tests.support.admin_setup import (
+    CTX,
+    admin_config,
+    count,
+    dequeue,
+    enqueue,
+    fail_jobs,
+    new_queue,
+)
 from tests.support.operating import OperatingServer, sample
 
 PASSWORD = "admin-api-secret"
-HASH = hash_password(PASSWORD, iterations=1000)
-CTX = RequestContext(source="admin-api-test")
-ADMIN = {
-    # a generous budget: the module's tests send a few wrong passwords on purpose
-    "admin": {
-        "password_hash": HASH,
-        "password_checks_per_second": 1000,
-        "password_failure_burst": 1000,
-    },
-    "dashboard": {
-        "rate_sample_seconds": 0.1,
-        "shard_counts_interval_seconds": 0.2,
-        "body_preview_bytes": 32,
-    },
-}
+ADMIN = admin_config(PASSWORD, body_preview_bytes=32)
+HASH = ADMIN["admin"]["password_hash"]
 GET_PATHS = [
     "/api/v1/server",
     "/api/v1/session",
@@ -67,46 +62,9 @@ def api(srv) -> AdminHttp:
     return AdminHttp(srv.metrics_url, basic=PASSWORD)
 
 
-_names = iter(range(1_000_000))
-
-
 @pytest.fixture
 def queue(srv) -> str:
-    name = f"aq{next(_names)}"
-    srv.client().createQueue(CTX, name)
-    return name
-
-
-def enqueue(srv, queue: str, *bodies: bytes, **fields) -> list[str]:
-    jobs = [T.PinLaterJob(body=b, **fields) for b in bodies]
-    reply = srv.client().enqueueJobs(CTX, T.PinLaterEnqueueRequest(queueName=queue, jobs=jobs))
-    return reply.jobDescriptors
-
-
-def dequeue(srv, queue: str, limit: int = 10):
-    return srv.client().dequeueJobs(CTX, T.PinLaterDequeueRequest(queueName=queue, limit=limit))
-
-
-def fail_jobs(srv, queue: str, n: int) -> list[str]:
-    """n jobs that end FAILED (one attempt, failure-acked); call it before other enqueues."""
-    enqueue(srv, queue, *[b"f%d" % i for i in range(n)], numAttemptsAllowed=1)
-    taken = list(dequeue(srv, queue, n).jobs)
-    srv.client().ackDequeuedJobs(
-        CTX,
-        T.PinLaterJobAckRequest(
-            queueName=queue, jobsFailed=[T.PinLaterJobAckInfo(jobDescriptor=d) for d in taken]
-        ),
-    )
-    return taken
-
-
-def count(srv, queue: str, state: int, future: bool = False, priority=None) -> int:
-    return srv.client().getJobCount(
-        CTX,
-        T.PinLaterGetJobCountRequest(
-            queueName=queue, jobState=state, countFutureJobs=future, priority=priority
-        ),
-    )
+    return new_queue(srv, "aq")
 
 
 # ---------------------------------------------------------------- on/off and authentication
@@ -603,6 +561,18 @@ def test_delete_jobs_is_a_dry_run_unless_told(srv, api, queue):
     assert status == 200 and body["deleted"] == 1 and count(srv, queue, 0) == 2
     status, body, _ = api.post(path, {"state": "pending", "body_regex": "^drop", "dry_run": False})
     assert body["deleted"] == 1 and count(srv, queue, 0) == 1
+
+
+def test_delete_jobs_spends_its_limit_over_the_priorities_in_order(srv, api, queue):
+    enqueue(srv, queue, b"a1", b"a2", priority=1)
+    enqueue(srv, queue, b"b1", b"b2", priority=2)
+    enqueue(srv, queue, b"c1", priority=3)
+    path = f"/api/v1/queues/{queue}/delete-jobs"
+    status, body, _ = api.post(path, {"state": "pending", "dry_run": False, "limit": 3})
+    assert status == 200 and body["deleted"] == 3
+    assert body["by_priority"] == {"1": 2, "2": 1}  # priority 3 not reached
+    left = [count(srv, queue, 0, priority=p) for p in (1, 2, 3)]
+    assert left == [0, 1, 1]
 
 
 def test_purge_a_state(srv, api, queue):

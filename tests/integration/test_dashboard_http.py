@@ -12,31 +12,21 @@ import time
 
 import pytest
 
-from pinlater.common.passwords import hash_password
 from pinlater.common.tls import client_context
 from pinlater.config import TlsConfig
-from pinlater.idl import PinLaterException, RequestContext
+from pinlater.idl import PinLaterException
 from pinlater.idl import pinlater_thrift as T
 from pinlater.server.dashboard.app import CSP
 from tests.fuzz.certs import OPENSSL, make_certs
+from tests.support.admin_setup import CTX, admin_config, count, enqueue, fail_jobs, new_queue
 from tests.support.dashboard_http import DashboardHttp
 from tests.support.operating import OperatingServer, sample
 
 PASSWORD = "dashboard-secret"
-HASH = hash_password(PASSWORD, iterations=1000)
-CTX = RequestContext(source="dashboard-test")
-CONFIG = {
-    "admin": {
-        "password_hash": HASH,
-        "password_checks_per_second": 1000,
-        "password_failure_burst": 1000,
-    },
-    "dashboard": {"rate_sample_seconds": 0.1, "shard_counts_interval_seconds": 0.2},
-}
+CONFIG = admin_config(PASSWORD)
+HASH = CONFIG["admin"]["password_hash"]
 PAGES = ["/ui/", "/ui/queues/{q}", "/ui/jobs", "/ui/jobs/{d}", "/ui/shards", "/ui/janitor"]
 XSS = b"<script>window.__xss = 1</script><img src=x onerror=alert(1)>"
-
-_names = iter(range(1_000_000))
 
 
 @pytest.fixture(scope="module")
@@ -55,33 +45,7 @@ def ui(srv) -> DashboardHttp:
 
 @pytest.fixture
 def queue(srv) -> str:
-    name = f"dq{next(_names)}"
-    srv.client().createQueue(CTX, name)
-    return name
-
-
-def enqueue(srv, queue: str, *bodies: bytes, **fields) -> list[str]:
-    jobs = [T.PinLaterJob(body=b, **fields) for b in bodies]
-    reply = srv.client().enqueueJobs(CTX, T.PinLaterEnqueueRequest(queueName=queue, jobs=jobs))
-    return reply.jobDescriptors
-
-
-def fail_jobs(srv, queue: str, n: int, status: str | None = None) -> list[str]:
-    """n jobs that end FAILED (one attempt, failure-acked with `status`)."""
-    enqueue(srv, queue, *[b"f%d" % i for i in range(n)], numAttemptsAllowed=1)
-    taken = list(
-        srv.client().dequeueJobs(CTX, T.PinLaterDequeueRequest(queueName=queue, limit=n)).jobs
-    )
-    srv.client().ackDequeuedJobs(
-        CTX,
-        T.PinLaterJobAckRequest(
-            queueName=queue,
-            jobsFailed=[
-                T.PinLaterJobAckInfo(jobDescriptor=d, appendCustomStatus=status) for d in taken
-            ],
-        ),
-    )
-    return taken
+    return new_queue(srv, "dq")
 
 
 def wait_for(get, check, timeout: float = 5.0):
@@ -94,11 +58,6 @@ def wait_for(get, check, timeout: float = 5.0):
         time.sleep(0.05)
         value = get()
     return value
-
-
-def count(srv, queue: str, state: int) -> int:
-    request = T.PinLaterGetJobCountRequest(queueName=queue, jobState=state)
-    return srv.client().getJobCount(CTX, request)
 
 
 def cell(page: str, state: str, priority: int) -> int:

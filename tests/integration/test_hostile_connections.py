@@ -33,6 +33,7 @@ from tests.support.server_process import (
     decode_reply,
     encode_call,
     free_port,
+    recv_exact,
 )
 
 CTX = RequestContext(source="hostile-connections")
@@ -113,18 +114,9 @@ def call_from(s, source: str, name: str) -> socket.socket:
     """A connection from `source` that has had one createQueue answered."""
     sock = connect_from(s, source)
     sock.sendall(framed(create_queue_call(name)))
-    (size,) = struct.unpack("!i", _recv_exact(sock, 4))
-    assert decode_reply(_recv_exact(sock, size))[1] == TMessageType.REPLY
+    (size,) = struct.unpack("!i", recv_exact(sock, 4))
+    assert decode_reply(recv_exact(sock, size))[1] == TMessageType.REPLY
     return sock
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "closed by the server"
-        data += chunk
-    return data
 
 
 def assert_normal_client_served(s, calls: int = 10) -> float:
@@ -181,8 +173,8 @@ def test_idle_connections_cost_no_thread():
             assert_normal_client_served(s)
             for i, sock in enumerate(idle[:10]):  # parked connections still serve requests
                 sock.sendall(framed(create_queue_call(f"again_{i}")))
-                (size,) = struct.unpack("!i", _recv_exact(sock, 4))
-                assert decode_reply(_recv_exact(sock, size))[1] == TMessageType.REPLY
+                (size,) = struct.unpack("!i", recv_exact(sock, 4))
+                assert decode_reply(recv_exact(sock, size))[1] == TMessageType.REPLY
         finally:
             close_all(idle)
 
@@ -226,38 +218,33 @@ def test_a_slowloris_crowd_leaves_a_normal_client_served():
             close_all(crowd)
 
 
+def _fourth_half_frame_closes_the_oldest(s, peers: list[str], refused: str) -> None:
+    """Half frames from `peers` in turn against a cap of 3 slow connections: the fourth
+    closes the first, the others stay open, counted as refused for `refused`."""
+    socks = []
+    for peer in peers:
+        sock = connect_from(s, peer)
+        sock.sendall(half_frame())
+        socks.append(sock)
+        expected = min(len(socks), 3)
+        assert _eventually(lambda: s.server.stats()["slow"] == expected)  # noqa: B023
+    try:
+        assert closed_by_server(socks[0], 2.0)
+        assert not any(closed_by_server(sock, 0.1) for sock in socks[1:])
+        assert s.refused == {refused: 1}
+    finally:
+        close_all(socks)
+
+
 def test_half_frames_from_one_peer_beyond_its_cap_close_its_oldest():
     with serve(max_slow_connections_per_peer=3, frame_read_timeout_seconds=30) as s:
-        socks = []
-        for _ in range(4):
-            sock = connect_from(s, "127.0.0.7")
-            sock.sendall(half_frame())
-            socks.append(sock)
-            expected = min(len(socks), 3)
-            assert _eventually(lambda: s.server.stats()["slow"] == expected)  # noqa: B023
-        try:
-            assert closed_by_server(socks[0], 2.0)
-            assert not any(closed_by_server(sock, 0.1) for sock in socks[1:])
-            assert s.refused == {"slow_per_peer": 1}
-        finally:
-            close_all(socks)
+        _fourth_half_frame_closes_the_oldest(s, ["127.0.0.7"] * 4, "slow_per_peer")
 
 
 def test_half_frames_beyond_the_server_cap_close_the_oldest_of_any_peer():
     with serve(max_slow_connections=3, frame_read_timeout_seconds=30) as s:
-        socks = []
-        for i in range(4):
-            sock = connect_from(s, f"127.0.0.{11 + i}")
-            sock.sendall(half_frame())
-            socks.append(sock)
-            expected = min(len(socks), 3)
-            assert _eventually(lambda: s.server.stats()["slow"] == expected)  # noqa: B023
-        try:
-            assert closed_by_server(socks[0], 2.0)
-            assert not any(closed_by_server(sock, 0.1) for sock in socks[1:])
-            assert s.refused == {"slow_total": 1}
-        finally:
-            close_all(socks)
+        peers = [f"127.0.0.{11 + i}" for i in range(4)]
+        _fourth_half_frame_closes_the_oldest(s, peers, "slow_total")
 
 
 # ---- per-peer cap, eviction near the cap ----
@@ -349,9 +336,9 @@ def test_a_reply_the_peer_does_not_read_holds_no_thread_and_arrives_when_read():
             assert _eventually(lambda: s.server.stats()["slow"] == 1)  # the selector writes it
             assert_normal_client_served(s, calls=3)
             slow.settimeout(10)
-            (size,) = struct.unpack("!i", _recv_exact(slow, 4))
+            (size,) = struct.unpack("!i", recv_exact(slow, 4))
             _, msg_type, seqid, result = decode_reply(
-                _recv_exact(slow, size), PinLater.getQueueNames_result
+                recv_exact(slow, size), PinLater.getQueueNames_result
             )
             assert (msg_type, seqid) == (TMessageType.REPLY, 5)
             assert len(result.success) == 3 and size > 9_000_000  # computed before the others
@@ -474,8 +461,8 @@ def test_silent_tls_connections_hold_no_thread(certs):
 
 def tls_call(conn, payload: bytes, result_cls=None):
     conn.sendall(framed(payload))
-    (size,) = struct.unpack("!i", _recv_exact(conn, 4))
-    return decode_reply(_recv_exact(conn, size), result_cls)
+    (size,) = struct.unpack("!i", recv_exact(conn, 4))
+    return decode_reply(recv_exact(conn, size), result_cls)
 
 
 def test_tls_connections_parked_between_requests_and_slow_tls_readers(certs):
@@ -496,14 +483,14 @@ def test_tls_connections_parked_between_requests_and_slow_tls_readers(certs):
             # pipelined in one TLS write: both answered, in order
             conn.sendall(framed(create_queue_call("a", 7)) + framed(create_queue_call("b", 8)))
             for seqid in (7, 8):
-                (size,) = struct.unpack("!i", _recv_exact(conn, 4))
-                assert decode_reply(_recv_exact(conn, size))[2] == seqid
+                (size,) = struct.unpack("!i", recv_exact(conn, 4))
+                assert decode_reply(recv_exact(conn, size))[2] == seqid
             # a 6 MB reply the client does not read yet: the selector writes it (TLS records)
             conn.sendall(framed(encode_call("getQueueNames", seqid=9)))
             assert _eventually(lambda: s.server.stats()["slow"] == 1)  # WRITING, no thread
-            (size,) = struct.unpack("!i", _recv_exact(conn, 4))
+            (size,) = struct.unpack("!i", recv_exact(conn, 4))
             _, msg_type, seqid, result = decode_reply(
-                _recv_exact(conn, size), PinLater.getQueueNames_result
+                recv_exact(conn, size), PinLater.getQueueNames_result
             )
             assert (msg_type, seqid, len(result.success)) == (TMessageType.REPLY, 9, 5)
         finally:

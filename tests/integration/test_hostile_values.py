@@ -65,8 +65,19 @@ def ack_info(desc: bytes | str = GOOD_DESC, *extra: bytes) -> bytes:
     return struct_(field(STRING, 1, string(desc)), *extra)
 
 
-def checkpoint_item(*fields: bytes) -> bytes:
-    return struct_(*fields)
+def checkpoint_item(*fields: bytes, desc: str | None = GOOD_DESC) -> bytes:
+    """One checkpoint request: the descriptor `desc` (None: left out), then `fields`."""
+    return struct_(*([] if desc is None else [field(STRING, 1, string(desc))]), *fields)
+
+
+def acks(*infos: bytes, fid: int = 2) -> bytes:
+    """ackDequeuedJobs on Q with `infos` as jobsSucceeded (fid 2) or jobsFailed (fid 3)."""
+    return call("ackDequeuedJobs", request(qn(), field(LIST, fid, list_(STRUCT, list(infos)))))
+
+
+def checkpoints(*items: bytes) -> bytes:
+    """checkpointJobs on Q with `items` as its requests."""
+    return call("checkpointJobs", request(qn(), field(LIST, 2, list_(STRUCT, list(items)))))
 
 
 # (id, method, payload, text the error message must contain)
@@ -279,52 +290,37 @@ CASES = [
     (
         "ack-descriptor-unicode-digit",
         "ackDequeuedJobs",
-        call(
-            "ackDequeuedJobs",
-            request(qn(), field(LIST, 2, list_(STRUCT, [ack_info(f"{Q}:s1:p1:\u0665")]))),
-        ),
+        acks(ack_info(f"{Q}:s1:p1:\u0665")),
         "request.jobsSucceeded[0].jobDescriptor",
     ),
     (
         "ack-descriptor-fullwidth-digit",
         "ackDequeuedJobs",
-        call(
-            "ackDequeuedJobs",
-            request(qn(), field(LIST, 3, list_(STRUCT, [ack_info(f"{Q}:s1:p1:\uff11")]))),
-        ),
+        acks(ack_info(f"{Q}:s1:p1:\uff11"), fid=3),
         "request.jobsFailed[0].jobDescriptor",
     ),
     (
         "ack-descriptor-trailing-newline",
         "ackDequeuedJobs",
-        call(
-            "ackDequeuedJobs",
-            request(qn(), field(LIST, 2, list_(STRUCT, [ack_info(GOOD_DESC + "\n")]))),
-        ),
+        acks(ack_info(GOOD_DESC + "\n")),
         "request.jobsSucceeded[0].jobDescriptor",
     ),
     (
         "ack-descriptor-id-overflow",
         "ackDequeuedJobs",
-        call(
-            "ackDequeuedJobs",
-            request(qn(), field(LIST, 2, list_(STRUCT, [ack_info(f"{Q}:s1:p1:{'9' * 19}")]))),
-        ),
+        acks(ack_info(f"{Q}:s1:p1:{'9' * 19}")),
         "request.jobsSucceeded[0].jobDescriptor",
     ),
     (
         "ack-descriptor-priority-zero",
         "ackDequeuedJobs",
-        call(
-            "ackDequeuedJobs",
-            request(qn(), field(LIST, 2, list_(STRUCT, [ack_info(f"{Q}:s1:p0:1")]))),
-        ),
+        acks(ack_info(f"{Q}:s1:p0:1")),
         "request.jobsSucceeded[0].jobDescriptor",
     ),
     (
         "ack-descriptor-missing",
         "ackDequeuedJobs",
-        call("ackDequeuedJobs", request(qn(), field(LIST, 2, list_(STRUCT, [struct_()])))),
+        acks(struct_()),
         "request.jobsSucceeded[0].jobDescriptor",
     ),
     (
@@ -336,12 +332,7 @@ CASES = [
     (
         "ack-claim-wrong-type",
         "ackDequeuedJobs",
-        call(
-            "ackDequeuedJobs",
-            request(
-                qn(), field(LIST, 2, list_(STRUCT, [ack_info(GOOD_DESC, field(I32, 100, i32(1)))]))
-            ),
-        ),
+        acks(ack_info(GOOD_DESC, field(I32, 100, i32(1)))),
         None,
     ),
     # --- checkpointJobs
@@ -354,76 +345,25 @@ CASES = [
     (
         "checkpoint-missing-descriptor",
         "checkpointJobs",
-        call("checkpointJobs", request(qn(), field(LIST, 2, list_(STRUCT, [checkpoint_item()])))),
+        checkpoints(checkpoint_item(desc=None)),
         "requests[0].jobDescriptor",
     ),
     (
         "checkpoint-attempts-negative",
         "checkpointJobs",
-        call(
-            "checkpointJobs",
-            request(
-                qn(),
-                field(
-                    LIST,
-                    2,
-                    list_(
-                        STRUCT,
-                        [
-                            checkpoint_item(
-                                field(STRING, 1, string(GOOD_DESC)), field(I32, 5, i32(-3))
-                            )
-                        ],
-                    ),
-                ),
-            ),
-        ),
+        checkpoints(checkpoint_item(field(I32, 5, i32(-3)))),
         "requests[0].numOfAttemptsAllowed",
     ),
     (
         "checkpoint-run-after-overflow",
         "checkpointJobs",
-        call(
-            "checkpointJobs",
-            request(
-                qn(),
-                field(
-                    LIST,
-                    2,
-                    list_(
-                        STRUCT,
-                        [
-                            checkpoint_item(
-                                field(STRING, 1, string(GOOD_DESC)), field(I64, 4, i64(I64_MAX))
-                            )
-                        ],
-                    ),
-                ),
-            ),
-        ),
+        checkpoints(checkpoint_item(field(I64, 4, i64(I64_MAX)))),
         "requests[0].runAfterTimestampMillis",
     ),
     (
         "checkpoint-move-wrong-type",
         "checkpointJobs",
-        call(
-            "checkpointJobs",
-            request(
-                qn(),
-                field(
-                    LIST,
-                    2,
-                    list_(
-                        STRUCT,
-                        [
-                            checkpoint_item(
-                                field(STRING, 1, string(GOOD_DESC)), field(I32, 3, i32(1))
-                            )
-                        ],
-                    ),
-                ),
-            ),
-        ),
+        checkpoints(checkpoint_item(field(I32, 3, i32(1)))),
         None,
     ),
     # --- lookupJobs
@@ -636,41 +576,13 @@ UTF8_CASES = [
     (
         "ack-claim",
         "ackDequeuedJobs",
-        call(
-            "ackDequeuedJobs",
-            request(
-                qn(),
-                field(
-                    LIST,
-                    3,
-                    list_(STRUCT, [ack_info(GOOD_DESC, field(STRING, 100, string(INVALID_UTF8)))]),
-                ),
-            ),
-        ),
+        acks(ack_info(GOOD_DESC, field(STRING, 100, string(INVALID_UTF8))), fid=3),
         "request.jobsFailed[0].claimDescriptor",
     ),
     (
         "checkpoint-new-body",
         "checkpointJobs",
-        call(
-            "checkpointJobs",
-            request(
-                qn(),
-                field(
-                    LIST,
-                    2,
-                    list_(
-                        STRUCT,
-                        [
-                            checkpoint_item(
-                                field(STRING, 1, string(GOOD_DESC)),
-                                field(STRING, 2, string(INVALID_UTF8)),
-                            )
-                        ],
-                    ),
-                ),
-            ),
-        ),
+        checkpoints(checkpoint_item(field(STRING, 2, string(INVALID_UTF8)))),
         "request.requests[0].newBody",
     ),
     (

@@ -10,11 +10,13 @@ from __future__ import annotations
 import struct
 import threading
 import time
+from functools import partial
 
 import pytest
 from thriftpy2.thrift import TApplicationException, TMessageType
 
 from pinlater.idl import PinLater, PinLaterException, RequestContext, pinlater_thrift
+from pinlater.storage.shard_kit.races import run_threads
 from tests.integration.conftest import run_inproc
 from tests.support.server_process import (
     RawFrameClient,
@@ -253,23 +255,14 @@ def test_shutdown_gives_up_on_requests_running_past_the_grace_period():
 
 def test_many_concurrent_clients_with_few_worker_threads():
     with run_inproc(worker_threads=2) as server:
-        errors: list = []
 
         def work(i: int) -> None:
-            try:
-                client = make_thrift_client(server.host, server.port)
-                for j in range(50):
-                    client.createQueue(CTX, f"q{i}_{j}")
-                client.close()
-            except Exception as exc:  # noqa: BLE001 - collected and asserted below
-                errors.append(exc)
+            client = make_thrift_client(server.host, server.port)
+            for j in range(50):
+                client.createQueue(CTX, f"q{i}_{j}")
+            client.close()
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-        assert errors == []
+        run_threads([partial(work, i) for i in range(8)], timeout=30)
         assert len(server.handler.queues) == 400
 
 

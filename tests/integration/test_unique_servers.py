@@ -9,10 +9,12 @@ import contextlib
 import threading
 import time
 from datetime import UTC, datetime
+from functools import partial
 
 import pytest
 import yaml
 
+from pinlater.storage.shard_kit.races import run_threads
 from tests.faults.proxy import FaultProxy
 from tests.support.server_process import ServerProcess
 from tests.support.storage import KINDS, backend_section
@@ -64,24 +66,15 @@ def test_one_key_enqueued_1000_times_from_8_threads_through_two_servers_is_one_j
     client = PinLaterClient([address(s) for s in servers[:2]], pool_size=8, timeout=30)
     client.create_queue("once")
     answers: list[str] = []
-    errors: list[BaseException] = []
     lock = threading.Lock()
 
     def enqueuer(n: int) -> None:
-        try:
-            for i in range(125):
-                [d] = client.enqueue("once", [Job(b"%d-%d" % (n, i), unique_key="order-1")])
-                with lock:
-                    answers.append(d)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
-            errors.append(exc)
+        for i in range(125):
+            [d] = client.enqueue("once", [Job(b"%d-%d" % (n, i), unique_key="order-1")])
+            with lock:
+                answers.append(d)
 
-    threads = [threading.Thread(target=enqueuer, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert not errors, errors[0]
+    run_threads([partial(enqueuer, n) for n in range(8)], timeout=120)
     assert len(answers) == 1000 and len(set(answers)) == 1
     assert client.count("once", JobState.PENDING) == 1
     client.close()

@@ -10,7 +10,7 @@ import time
 
 from pinlater.idl import ErrorCode, PinLater, RequestContext
 from pinlater.idl import pinlater_thrift as wire
-from tests.support.server_process import decode_reply, encode_call
+from tests.support.server_process import decode_reply, encode_call, recv_exact
 
 
 def park_dequeues(server, queue: str, count: int, wait_ms: int) -> list:
@@ -60,12 +60,3 @@ def read_answers(sockets: list, timeout: float, want: int | None = None) -> dict
                 selector.unregister(sock)
             if not ready or (want is not None and len(answers) >= want):
                 return answers
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "the server closed the connection"
-        data += chunk
-    return data

@@ -260,6 +260,21 @@ class ConnectionClosed(Exception):
     """The server closed the connection (EOF or reset)."""
 
 
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    """Exactly `n` bytes from `sock`; ConnectionClosed if the server closes or resets first."""
+    chunks, got = [], 0
+    while got < n:
+        try:
+            chunk = sock.recv(n - got)
+        except ConnectionResetError as exc:
+            raise ConnectionClosed("connection reset") from exc
+        if not chunk:
+            raise ConnectionClosed(f"EOF after {got} of {n} bytes")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
 class RawFrameClient:
     """A plain socket for protocol tests: send any bytes, read length-prefixed replies."""
 
@@ -274,17 +289,7 @@ class RawFrameClient:
         self.sock.sendall(struct.pack("!i", len(payload)) + payload)
 
     def read_exact(self, n: int) -> bytes:
-        chunks, got = [], 0
-        while got < n:
-            try:
-                chunk = self.sock.recv(n - got)
-            except ConnectionResetError as exc:
-                raise ConnectionClosed("connection reset") from exc
-            if not chunk:
-                raise ConnectionClosed(f"EOF after {got} of {n} bytes")
-            chunks.append(chunk)
-            got += len(chunk)
-        return b"".join(chunks)
+        return recv_exact(self.sock, n)
 
     def read_frame(self) -> bytes:
         (size,) = struct.unpack("!i", self.read_exact(4))

@@ -2,14 +2,15 @@
 
 Two flavours, both run by the conformance suite: one shard, and three shards "1", "2", "3"
 (which exercises fan-out, merging and descriptors naming several shards). `sharded_store` gives
-the sharded layer's unit tests a ShardedBackend over two SQLite shards.
+unit tests a ShardedBackend over SQLite shards (two by default).
 """
 
 from __future__ import annotations
 
 import contextlib
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from tests.support import BackendUnderTest
 
@@ -39,28 +40,32 @@ def start_sharded(tmp_dir: pathlib.Path) -> Iterator[BackendUnderTest]:
 def sharded_store(
     tmp_dir: pathlib.Path,
     *,
-    num_priorities: int,
-    retries: int,
-    unhealthy_after_failures: int,
-    seed: int,
+    shards: Sequence[str] = ("a", "b"),
+    queue: str | None = "q",
+    num_priorities: int = 3,
+    seed: int | None = None,
+    **options: Any,
 ):
-    """A ShardedBackend over SQLite shards 'a' and 'b' with queue 'q' created (unit tests of
-    the sharded layer); the caller closes it."""
+    """A ShardedBackend over SQLite shards named `shards` (files in tmp_dir) with `queue`
+    created (None: no queue), for unit tests over a real store; `seed` seeds its random
+    choices, `options` go to ShardedBackend (retries, unhealthy_after_failures...). The caller
+    closes it (`contextlib.closing`)."""
     import random
 
     from backends.sqlite import SQLiteBackend
     from pinlater.storage.contract import StorageLimits
     from pinlater.storage.sharded import ShardedBackend
 
-    options = SQLiteBackend.parse_options({"data_dir": str(tmp_dir)}, "backend")
-    specs = SQLiteBackend.parse_shards([{"name": "a"}, {"name": "b"}], options, "shards")
+    backend_options = SQLiteBackend.parse_options({"data_dir": str(tmp_dir)}, "backend")
+    specs = SQLiteBackend.parse_shards([{"name": n} for n in shards], backend_options, "shards")
+    rng = None if seed is None else random.Random(seed)
     store = ShardedBackend(
-        SQLiteBackend(options, StorageLimits()),
+        SQLiteBackend(backend_options, StorageLimits()),
         specs,
         num_priorities=num_priorities,
-        retries=retries,
-        unhealthy_after_failures=unhealthy_after_failures,
-        rng=random.Random(seed),
+        rng=rng,
+        **options,
     )
-    store.create_queue("q")
+    if queue is not None:
+        store.create_queue(queue)
     return store

@@ -5,24 +5,19 @@ of these under load: a new queue's series under queue="", a deleted queue's gaug
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import pytest
 
-from backends.sqlite import SQLiteBackend, SQLiteShardSpec
 from pinlater.ops.depth import DepthCollector
 from pinlater.ops.metrics import NO_QUEUE, Metrics
-from pinlater.storage.contract import StorageLimits
-from pinlater.storage.sharded import ShardedBackend
+from tests.support.sqlite_env import sharded_store
 
 
 @pytest.fixture
 def store(tmp_path):
-    options = SQLiteBackend.parse_options({"data_dir": str(tmp_path)}, "backend")
-    backend = SQLiteBackend(options, StorageLimits())
-    store = ShardedBackend(
-        backend, [SQLiteShardSpec("1"), SQLiteShardSpec("2")], num_priorities=3, retries=0
-    )
-    yield store
-    store.close()
+    with closing(sharded_store(tmp_path, shards=("1", "2"), queue=None, retries=0)) as store:
+        yield store
 
 
 @pytest.fixture

@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import sqlite3
 
-from backends.sqlite import SQLiteBackend, SQLiteShardSpec
 from pinlater.ops.ledger_audit import LedgerAudit
 from pinlater.ops.metrics import Metrics
-from pinlater.storage.contract import StorageLimits
 from pinlater.storage.models import NewJob
 from pinlater.storage.sharded import ShardedBackend
+from tests.support.sqlite_env import sharded_store
 
 
 def store(tmp_path) -> ShardedBackend:
-    options = SQLiteBackend.parse_options({"data_dir": str(tmp_path)}, "backend")
-    backend = SQLiteBackend(options, StorageLimits())
-    specs = [SQLiteShardSpec(name="1"), SQLiteShardSpec(name="2")]
-    return ShardedBackend(backend, specs, num_priorities=3)
+    return sharded_store(tmp_path, shards=("1", "2"), queue=None)
 
 
 def gauge(metrics: Metrics, queue: str) -> float | None:

@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pymysql
 import pytest
@@ -23,8 +24,10 @@ from pinlater.errors import QueueNotFound
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import QueueBusy, ShardError, StorageFull
+from pinlater.storage.leases import LEASE_FORGOTTEN_AFTER_MS, LEASES_FORGOTTEN_PER_CALL
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.shard_kit import MAIN, OTHER, Capabilities, Storage, exercise
+from pinlater.storage.shard_kit.races import run_threads
 from tests.faults.proxy import FaultProxy
 from tests.support import mysql_env
 
@@ -133,6 +136,17 @@ def test_janitor_statements_use_the_updated_at_index(shard, queue, name, params)
     assert "filesort" not in (rows[0]["Extra"] or "").lower()
 
 
+def test_the_return_of_expired_reservations_walks_the_reserved_index(shard, queue):
+    """reclaim_reserved reads reservations alone (the `reserved` index), never every claim of
+    the table sorted (the planner took `updated` with a filesort without the hint)."""
+    enqueue(shard, queue, *[b"x"] * 50)
+    shard.prefetch(queue, 1, 1, new_claim(SOURCE), 60_000)
+    sql = shard._sql("reclaim_reserved", shard._job_table(None, queue, 1))
+    rows = explain(shard, sql, {"now": shard.now_ms(), "limit": 10})
+    assert rows[0]["key"] == "reserved"
+    assert "filesort" not in (rows[0]["Extra"] or "").lower()
+
+
 # ---------------------------------------------------------------- concurrency
 
 
@@ -200,23 +214,14 @@ def test_without_skip_locked_the_update_limit_fallback_still_claims_each_job_onc
 def test_enqueue_ids_match_their_jobs_under_concurrent_batches(shard, queue, capability):
     force_capabilities(shard, **capability)
     results: list[tuple[list[int], list[bytes]]] = []
-    errors: list[Exception] = []
 
     def producer(worker):
-        try:
-            for batch in range(10):
-                bodies = [b"w%d-b%d-%d" % (worker, batch, i) for i in range(37)]
-                jobs = [NewJob(body=b, priority=1 + i % 2) for i, b in enumerate(bodies)]
-                results.append((shard.enqueue(queue, jobs), bodies))
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
+        for batch in range(10):
+            bodies = [b"w%d-b%d-%d" % (worker, batch, i) for i in range(37)]
+            jobs = [NewJob(body=b, priority=1 + i % 2) for i, b in enumerate(bodies)]
+            results.append((shard.enqueue(queue, jobs), bodies))
 
-    threads = [threading.Thread(target=producer, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert errors == []
+    run_threads([partial(producer, w) for w in range(4)], timeout=60)
     seen = set()
     for ids, bodies in results:
         refs = [(1 + i % 2, local_id) for i, local_id in enumerate(ids)]
@@ -434,6 +439,70 @@ def test_a_queue_from_before_the_ledger_gets_its_table_and_slots_on_first_use(ba
     assert book.present == 4 and book.balanced
     shard.delete_queue(name)
     shard.close()
+
+
+def test_a_queue_from_before_the_broker_gets_its_reserve_column_on_first_use(backend, server):
+    """A job table made before the prefetching broker has no reserved_until: the first
+    statement that names it meets error 1054, every such table of the shard gets the column
+    and its index (QueueBusy, retried by the sharded layer), and the retried call works."""
+    shard = open_shard(backend, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    shard.enqueue(name, [NewJob(b"a"), NewJob(b"b", priority=2)])
+    db = shard.database(name)
+    for priority in (1, 2, 3):
+        server.query(f"ALTER TABLE `{db}`.`jobs_p{priority}` DROP KEY reserved")
+        server.query(f"ALTER TABLE `{db}`.`jobs_p{priority}` DROP COLUMN reserved_until")
+    with pytest.raises(QueueBusy):
+        shard.dequeue(name, 1, 10, new_claim(SOURCE))
+    assert len(shard.prefetch(name, 1, 10, new_claim(SOURCE), 60_000)) == 1
+    assert shard.queue_stats([name], 10)[name].first_reserve_expiry.keys() == {1}
+    assert [j.body for j in shard.prefetch(name, 2, 10, new_claim(SOURCE), 60_000)] == [b"b"]
+    columns = server.query(
+        "SELECT TABLE_NAME FROM information_schema.STATISTICS "
+        "WHERE TABLE_SCHEMA = %s AND INDEX_NAME = 'reserved'",
+        (db,),
+    )
+    assert sorted(t for (t,) in columns) == ["jobs_p1", "jobs_p2", "jobs_p3"]
+    shard.delete_queue(name)
+    shard.close()
+
+
+def test_prefetch_and_hand_out_cost_what_a_dequeue_does(backend, server):
+    """Statements per call (the server counts them: Com_* of this session): a prefetch runs
+    a dequeue's statements (select, claim, ledger row), a hand-out and a release one UPDATE
+    each, with the clock read inside it."""
+    shard = open_shard(backend, server)
+    name = f"q{next(_names)}"
+    shard.create_queue(name)
+    shard.enqueue(name, [NewJob(b"x")] * 20)
+
+    def statements(call) -> int:
+        before = _questions(server)
+        call()
+        return _questions(server) - before
+
+    claim = new_claim(SOURCE)
+    jobs: list = []
+    prefetched = statements(lambda: jobs.extend(shard.prefetch(name, 1, 10, claim, 60_000)))
+    dequeued = statements(lambda: shard.dequeue(name, 1, 5, new_claim(SOURCE)))
+    handed = statements(lambda: shard.hand_out(name, 1, [(j.local_id, claim) for j in jobs[:5]]))
+    released = statements(lambda: shard.release(name, 1, [(j.local_id, claim) for j in jobs[5:]]))
+    print(
+        f"statements: prefetch {prefetched}, dequeue {dequeued}, hand_out {handed}, "
+        f"release {released}"
+    )
+    assert prefetched == dequeued
+    assert handed == released == dequeued - 2  # one UPDATE instead of select + claim + ledger
+    shard.delete_queue(name)
+    shard.close()
+
+
+def _questions(server) -> int:
+    """Statements the server has run (global Questions; the reads count alike, so
+    differences are exact while nothing else runs on the test's own server)."""
+    [(_, value)] = server.query("SHOW GLOBAL STATUS LIKE 'Questions'")
+    return int(value)
 
 
 def test_ledger_is_a_journal_folded_by_fold_ledger(backend, server):
@@ -754,3 +823,84 @@ def test_binlog_settings_are_judged():
     assert (
         "max_allowed_packet" in durability_problems("1", 1, False, 0, "MIXED", 1 << 20, 1 << 20)[0]
     )
+
+
+def test_fifo_dequeue_waits_for_the_queues_named_lock_and_releases_its_own(
+    shard, queue, server, monkeypatch
+):
+    """Another session (another server) holding the queue's FIFO lock makes a FIFO dequeue
+    wait, then fail as QueueBusy (retried above), claiming nothing; once it is free a dequeue
+    claims and gives the lock back (another session can take it at once)."""
+    import backends.mysql as mysql_module
+
+    monkeypatch.setattr(mysql_module, "FIFO_LOCK_WAIT", 0.2)
+    enqueue(shard, queue, b"a", b"b")
+    name = mysql_module.fifo_lock_name(shard.database(queue))
+    other = server.connect()
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT GET_LOCK(%s, 0)", (name,))
+            assert cur.fetchone()[0] == 1
+            started = time.monotonic()
+            with pytest.raises(QueueBusy):
+                shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE))
+            assert time.monotonic() - started >= 0.15
+            assert shard.count(queue, JobState.IN_PROGRESS, [1], False, 10, None) == 0
+            cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+            [job] = shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE))
+            assert job.local_id == 1
+            cur.execute("SELECT GET_LOCK(%s, 0)", (name,))
+            assert cur.fetchone()[0] == 1  # released by the dequeue's session
+            cur.execute("SELECT RELEASE_LOCK(%s)", (name,))
+    finally:
+        other.close()
+
+
+def test_only_a_fifo_dequeue_adds_the_fifo_index_and_a_new_queue_gets_it_again(shard, queue):
+    tables = ["jobs_p1", "jobs_p2", "jobs_p3"]
+    db = shard.database(queue)
+    shard.dequeue(queue, 1, 5, new_claim(SOURCE))
+    assert shard._without_fifo_index(db, tables) == tables
+    enqueue(shard, queue, b"a")
+    assert [job.local_id for job in shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE))] == [1]
+    assert shard._without_fifo_index(db, tables) == []
+    shard.delete_queue(queue)
+    shard.create_queue(queue)
+    assert shard._without_fifo_index(db, tables) == tables
+    assert shard.dequeue_fifo(queue, 5, 1, new_claim(SOURCE)) == []
+    assert shard._without_fifo_index(db, tables) == []
+
+
+def test_fifo_index_added_by_another_server_first_is_success(shard, queue, monkeypatch):
+    """The race of two servers' first FIFO dequeues: this one saw no index, the other's ALTER
+    came first, so this ALTER fails with 1061 (duplicate key name); that is success."""
+    tables = ["jobs_p1", "jobs_p2", "jobs_p3"]
+    db = shard.database(queue)
+    shard._ensure_fifo_index(queue)  # "the other server" (here: this one, earlier)
+    assert shard._without_fifo_index(db, tables) == []
+    shard._fifo_indexed().clear()
+    monkeypatch.setattr(shard, "_without_fifo_index", lambda db, names: list(names))
+    shard._ensure_fifo_index(queue)  # every ALTER fails with 1061: no error
+    assert db in shard._fifo_indexed()
+
+
+def test_live_leases_forgets_leases_expired_for_a_day(shard, server):
+    """Per-process heartbeats must not pile up: live_leases drops leases expired a day ago
+    (at most LEASES_FORGOTTEN_PER_CALL a call) and keeps the others, expired or not."""
+    db, table = shard.lease_table
+    server.query(f"DROP TABLE IF EXISTS `{db}`.`{table}`")
+    shard._leases_ready = False
+    for i in range(LEASES_FORGOTTEN_PER_CALL + 5):
+        assert shard.acquire_lease(f"server/old{i}", f"old{i}", 1000)
+    shard.clock_offset_ms += LEASE_FORGOTTEN_AFTER_MS + 2000
+    assert shard.acquire_lease("server/recent-expired", "r", 1)
+    assert shard.acquire_lease("server/live", "l", 60_000)
+    shard.clock_offset_ms += 10
+
+    def rows() -> int:
+        return int(server.query(f"SELECT COUNT(*) FROM `{db}`.`{table}`")[0][0])
+
+    assert shard.live_leases("server/") == {"server/live": "l"}
+    assert rows() == 2 + 5
+    assert shard.live_leases("") == {"server/live": "l"}
+    assert rows() == 2

@@ -215,7 +215,34 @@ def test_the_readme_queue_config_parses_with_its_partitions():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     [block] = blocks(readme, "queue-config")
     config = parse(block)
-    assert config.partitions() == {"avatars": 1}
+    assert config.partitions() == {"avatars": 1, "payments": 1}
+    assert config.fifo() == {"payments": 1}
     assert config.rates()["reports"] == 0 and config.unique_window_seconds("orders") == 3600
     with pytest.raises(ConfigError, match="partitions"):
         parse("queues: {a: {partitions: 0}}")
+
+
+def test_fifo_queues_get_one_partition_and_their_cap():
+    config = parse_queue_config(
+        "queues:\n"
+        "  a: {fifo: true}\n"
+        "  b: {fifo: true, fifo_in_flight: 4, partitions: 1}\n"
+        "  c: {partitions: 3}\n",
+        "qc",
+    )
+    assert config.fifo() == {"a": 1, "b": 4}
+    assert config.partitions() == {"a": 1, "b": 1, "c": 3}
+
+
+@pytest.mark.parametrize(
+    ("section", "problem"),
+    [
+        ("{fifo: true, partitions: 2}", "queues.a: fifo: true keeps the queue on one shard"),
+        ("{fifo_in_flight: 2}", "queues.a.fifo_in_flight: only for a FIFO queue"),
+        ("{fifo: true, fifo_in_flight: 0}", "queues.a.fifo_in_flight"),
+    ],
+)
+def test_fifo_settings_that_cannot_hold_are_refused(section, problem):
+    with pytest.raises(ConfigError) as info:
+        parse_queue_config(f"queues:\n  a: {section}\n", "qc")
+    assert any(problem in p for p in info.value.problems), info.value.problems

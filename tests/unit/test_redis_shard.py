@@ -23,6 +23,7 @@ from pinlater.common.sections import ConfigError
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import ShardError, StorageFull
+from pinlater.storage.leases import LEASE_FORGOTTEN_AFTER_MS, LEASES_FORGOTTEN_PER_CALL
 from pinlater.storage.models import Ack, ClaimMatch, JobState, NewJob
 from pinlater.storage.shard_kit import Capabilities, Storage, exercise
 from tests.support import redis_env
@@ -337,3 +338,44 @@ def test_a_queue_from_before_the_ledger_opens_its_books_with_its_jobs(shard):
     book = shard.ledger("q")
     assert (book.counters["enqueued"], book.counters["dequeued"]) == (3, 1)
     assert book.counters["deleted"] == 1 and book.present == 2 and book.balanced
+
+
+def test_only_fifo_dequeues_keep_a_mark_and_retry_failed_lowers_it(shard, server):
+    """Queues that are not FIFO never get a :fh key (no script but dequeue_fifo.lua writes
+    one); a FIFO dequeue keeps the mark past finished jobs, and a FAILED job retried below it
+    pulls it back, so it is the head again."""
+    enqueue(shard, b"a", b"b", queue="q", attempts_allowed=1)
+    [job] = dequeue(shard, limit=1)
+    shard.ack("q", [], [Ack(1, job.local_id, ClaimMatch(SOURCE, job.claim))])
+    shard.retry_failed("q", 1, 1, None, 10)
+    assert keys_of(server, f"pl:{shard.name}:*:fh") == []
+    [first] = shard.dequeue_fifo("q", 1, 1, new_claim(SOURCE))
+    shard.ack("q", [], [Ack(1, first.local_id, ClaimMatch(SOURCE, first.claim))])  # FAILED
+    [second] = shard.dequeue_fifo("q", 1, 1, new_claim(SOURCE))
+    assert (first.local_id, second.local_id) == (1, 2)
+    mark = f"pl:{shard.name}:q:q:p1:fh"
+    with server.client() as client:
+        assert client.get(mark) == b"2"
+    shard.ack("q", [Ack(1, 2, ClaimMatch(SOURCE, second.claim))], [])
+    assert shard.retry_failed("q", 1, 1, None, 10) == 1
+    with server.client() as client:
+        assert client.get(mark) == b"1"
+    assert [j.local_id for j in shard.dequeue_fifo("q", 5, 1, new_claim(SOURCE))] == [1]
+
+
+def test_live_leases_forgets_leases_expired_for_a_day(shard, server):
+    """Per-process heartbeats must not pile up: live_leases drops leases expired a day ago
+    (at most LEASES_FORGOTTEN_PER_CALL a call) and keeps the others, expired or not."""
+    for i in range(LEASES_FORGOTTEN_PER_CALL + 5):
+        assert shard.acquire_lease(f"server/old{i}", f"old{i}", 1000)
+    shard.clock_offset_ms += LEASE_FORGOTTEN_AFTER_MS + 2000
+    assert shard.acquire_lease("server/recent-expired", "r", 1)
+    assert shard.acquire_lease("server/live", "l", 60_000)
+    shard.clock_offset_ms += 10
+    key = redis_keys.lease_key(shard.name)
+    assert shard.live_leases("server/") == {"server/live": "l"}
+    with server.client() as client:
+        assert client.hlen(key) == 2 + 5
+    assert shard.live_leases("") == {"server/live": "l"}
+    with server.client() as client:
+        assert client.hlen(key) == 2

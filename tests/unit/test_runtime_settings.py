@@ -5,28 +5,22 @@ file > default holds, and a bad or unreadable document never replaces good setti
 from __future__ import annotations
 
 import json
+from contextlib import closing
 
 import pytest
 
-from backends.sqlite import SQLiteBackend, SQLiteShardSpec
 from pinlater.errors import InvalidRequest, ShardConnectionFailed
 from pinlater.ops.queue_settings import QueueConfig, QueueSettings
 from pinlater.ops.rate_limiter import QueueRateLimiter
 from pinlater.ops.runtime_settings import RuntimeSettings, SettingsHome, decode, encode
-from pinlater.storage.contract import StorageLimits
-from pinlater.storage.sharded import ShardedBackend
 from tests.conformance.faults import intercepted
+from tests.support.sqlite_env import sharded_store
 
 
 @pytest.fixture
 def store(tmp_path):
-    options = SQLiteBackend.parse_options({"data_dir": str(tmp_path)}, "backend")
-    backend = SQLiteBackend(options, StorageLimits())
-    store = ShardedBackend(
-        backend, [SQLiteShardSpec("1"), SQLiteShardSpec("2")], num_priorities=3, retries=0
-    )
-    yield store
-    store.close()
+    with closing(sharded_store(tmp_path, shards=("1", "2"), queue=None, retries=0)) as store:
+        yield store
 
 
 def server(store, home_class=SettingsHome) -> tuple[RuntimeSettings, QueueRateLimiter]:

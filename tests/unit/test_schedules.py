@@ -5,6 +5,7 @@ retries of failed slots, next runs; and three runners ("servers") sharing one st
 from __future__ import annotations
 
 import random
+from contextlib import closing
 from datetime import UTC, datetime
 
 import pytest
@@ -15,6 +16,7 @@ from pinlater.ops.queue_settings import parse_queue_config
 from pinlater.ops.schedules import ON_TIME_SECONDS, Schedule, ScheduleRunner, slot_text
 from pinlater.storage.contract import StorageLimits
 from pinlater.storage.sharded import ShardedBackend
+from tests.support.sqlite_env import sharded_store
 
 pytestmark = pytest.mark.backend("sqlite")
 
@@ -28,14 +30,8 @@ def every_second(**fields) -> Schedule:
 
 @pytest.fixture
 def store(tmp_path):
-    options = SQLiteBackend.parse_options({"data_dir": str(tmp_path)}, "backend")
-    backend = SQLiteBackend(options, StorageLimits())
-    store = ShardedBackend(
-        backend, [SQLiteShardSpec(name="a"), SQLiteShardSpec(name="b")], num_priorities=3
-    )
-    store.create_queue(Q)
-    yield store
-    store.close()
+    with closing(sharded_store(tmp_path, queue=Q)) as store:
+        yield store
 
 
 def runner(store, *schedules: Schedule, window: float = 86_400.0) -> ScheduleRunner:

@@ -29,6 +29,7 @@ PREFIXES = {
     "E": "Errors",
     "D": "Dequeue order and limits",
     "W": "Long-poll dequeue",
+    "F": "FIFO queues",
     "B": "Bodies, statuses, times",
     "I": "Descriptors and ids",
     "L": "Lookup",
@@ -38,6 +39,7 @@ PREFIXES = {
     "P": "Periodic jobs",
     "A": "Ledger",
     "J": "Janitor",
+    "S": "Prefetching broker: storage",
     "X": "Concurrency",
 }
 _ID = r"[A-Z]-[a-z0-9]+(?:-[a-z0-9]+)*"

@@ -17,6 +17,7 @@ from pinlater.app import load_config
 from pinlater.common.sections import ConfigError
 from pinlater.storage.contract import StorageLimits
 from pinlater.storage.errors import QueueNotFound, ShardError
+from pinlater.storage.leases import LEASE_FORGOTTEN_AFTER_MS, LEASES_FORGOTTEN_PER_CALL
 from pinlater.storage.models import JobState, NewJob
 from pinlater.storage.shard_kit import Capabilities, Storage, exercise
 
@@ -196,6 +197,33 @@ def test_a_file_from_before_unique_keys_gets_key_tables_on_open(tmp_path, clock)
     reopened.close()
 
 
+def test_a_file_from_before_the_broker_gets_reserve_columns_on_open(tmp_path, clock):
+    """Job tables made before the prefetching broker lack reserved_until: the migration at
+    open adds it (NULL: nothing reserved) and its partial index, and prefetch works."""
+    shard = open_shard(tmp_path, clock)
+    shard.create_queue("old")
+    enqueue(shard, b"a", queue="old")
+    shard.close()
+    with sqlite3.connect(shard.path) as conn:
+        for priority in (1, 2, 3):
+            conn.execute(f"DROP INDEX q1_p{priority}_reserved")
+            conn.execute(f"ALTER TABLE q1_p{priority} DROP COLUMN reserved_until")
+    reopened = open_shard(tmp_path, clock)
+    try:
+        [job] = reopened.prefetch("old", 1, 10, "c" * 24 + ":broker", 5000)
+        assert job.body == b"a"
+        stats = reopened.queue_stats(["old"], 10)["old"]
+        assert stats.first_reserve_expiry == {1: T0_MS + 5000}
+        with sqlite3.connect(reopened.path) as conn:
+            plan = conn.execute(
+                "EXPLAIN QUERY PLAN SELECT MIN(reserved_until) FROM q1_p1 "
+                "WHERE reserved_until IS NOT NULL"
+            ).fetchall()
+        assert "q1_p1_reserved" in str(plan), plan
+    finally:
+        reopened.close()
+
+
 def test_freeing_a_queue_restores_the_connections_secure_delete(tmp_path, clock):
     shard = open_shard(tmp_path, clock)
     default = shard._secure_delete
@@ -303,3 +331,45 @@ def test_a_queue_from_before_the_ledger_opens_its_books_with_its_jobs(tmp_path, 
         assert again.ledger("old").counters["enqueued"] == 4 and again.ledger("old").balanced
     finally:
         again.close()
+
+
+def fifo_indexes(tmp_path: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(tmp_path / "shard-1.db")) as conn:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE name LIKE '%_fifo'").fetchall()
+    return sorted(name for (name,) in rows)
+
+
+def test_only_a_fifo_dequeue_gives_a_queue_the_fifo_index_and_its_heads_use_it(shard, tmp_path):
+    """Queues that are not FIFO never maintain the (state, local_id) index; the first FIFO
+    dequeue adds it to the queue's job tables, and the head select seeks it (no sort)."""
+    shard.create_queue("plain")
+    enqueue(shard, b"a", queue="plain")
+    shard.dequeue("plain", 1, 10, "c1")
+    assert fifo_indexes(tmp_path) == []
+    enqueue(shard, b"a", b"b")
+    assert [job.local_id for job in shard.dequeue_fifo("q", 5, 1, "c2")] == [1]
+    assert fifo_indexes(tmp_path) == ["q1_p1_fifo", "q1_p2_fifo", "q1_p3_fifo"]
+    sql = shard._sql("fifo_heads", ("q1_p1",))
+    with contextlib.closing(sqlite3.connect(tmp_path / "shard-1.db")) as conn:
+        plan = conn.execute("EXPLAIN QUERY PLAN " + sql, {"limit": 1, "inline": 9}).fetchall()
+    assert "q1_p1_fifo" in str(plan) and "TEMP B-TREE" not in str(plan), plan
+
+
+def test_live_leases_forgets_leases_expired_for_a_day(shard):
+    """Per-process heartbeats must not pile up: live_leases drops leases expired a day ago
+    (at most LEASES_FORGOTTEN_PER_CALL a call) and keeps the others, expired or not."""
+    for i in range(LEASES_FORGOTTEN_PER_CALL + 5):
+        assert shard.acquire_lease(f"server/old{i}", f"old{i}", 1000)
+    shard.clock_offset_ms += LEASE_FORGOTTEN_AFTER_MS + 2000
+    assert shard.acquire_lease("server/recent-expired", "r", 1)
+    assert shard.acquire_lease("server/live", "l", 60_000)
+    shard.clock_offset_ms += 10
+
+    def rows() -> int:
+        with sqlite3.connect(shard.path) as conn:
+            return conn.execute("SELECT COUNT(*) FROM pinlater_leases").fetchone()[0]
+
+    assert shard.live_leases("server/") == {"server/live": "l"}
+    assert rows() == 2 + 5
+    assert shard.live_leases("") == {"server/live": "l"}
+    assert rows() == 2

@@ -1,7 +1,10 @@
 -- Dialect-neutral job queries shared by SQLite and MySQL (backends/sql_base.py runs them).
 -- Tables: {table} = one job table (one queue, one priority), columns:
 --   local_id, state (0 PENDING, 1 IN_PROGRESS, 2 SUCCEEDED, 3 FAILED), claim, attempts_allowed,
---   attempts_remaining, custom_status, created_at, updated_at, run_after (epoch ms), body.
+--   attempts_remaining, custom_status, created_at, updated_at, run_after (epoch ms), body,
+--   reserved_until: the deadline of a job a prefetching broker reserved (IN_PROGRESS, not yet
+--   handed out); NULL for every other job: every transition out of a reservation clears it, so
+--   the (reserved_until) index holds reservations alone (SQLite: a partial index).
 -- Parameters are written `:name` and converted to the dialect's style when loaded; `{ids}`
 -- expands to a list of bound id parameters. A dialect file adds the queries this file lacks;
 -- it replaces one of these only with an `-- overrides: <reason>` line (else loading fails).
@@ -17,10 +20,25 @@ INSERT INTO {table}
 VALUES (0, NULL, :attempts, :attempts, :status, :now, :now, COALESCE(:run_after, :now), :body)
 
 -- name: claim_by_ids
--- Move the PENDING jobs just selected by dequeue_select to IN_PROGRESS under one claim.
+-- Move the PENDING jobs just selected by dequeue_select to IN_PROGRESS under one claim; a
+-- prefetch reserves them until :until (a dequeue's :until is NULL: an ordinary claim).
 UPDATE {table}
-SET state = 1, claim = :claim, updated_at = :now
+SET state = 1, claim = :claim, updated_at = :now, reserved_until = :until
 WHERE local_id IN ({ids}) AND +state = 0
+
+-- name: hand_out_by_ids
+-- Reserved jobs still held under the prefetch claim :claim become ordinary claims from :now
+-- (the claim timeout counts from here), under :new_claim when given.
+UPDATE {table}
+SET claim = COALESCE(:new_claim, claim), updated_at = :now, reserved_until = NULL
+WHERE local_id IN ({ids}) AND +state = 1 AND reserved_until IS NOT NULL AND claim = :claim
+
+-- name: release_by_ids
+-- Reserved jobs still held under :claim back to PENDING, nothing used: run_after and
+-- attempts unchanged (they keep their place in dequeue order), claim cleared.
+UPDATE {table}
+SET state = 0, claim = NULL, updated_at = :now, reserved_until = NULL
+WHERE local_id IN ({ids}) AND +state = 1 AND reserved_until IS NOT NULL AND claim = :claim
 
 -- name: lookup_by_ids
 -- Full records of the given jobs; when :with_body is 1, the body's length and the body itself
@@ -55,7 +73,8 @@ SELECT COUNT(*) FROM (
 -- One job table as one row of `Shard.queue_stats` (which joins one such select per table with
 -- UNION ALL, `{part}` being each one's bound number): jobs per state due (run_after <= :now)
 -- and future, each counted exactly up to :cap, then the oldest updated_at of IN_PROGRESS,
--- SUCCEEDED and FAILED jobs (NULL when none; the updated_at index makes each one a seek).
+-- SUCCEEDED and FAILED jobs (NULL when none; the updated_at index makes each one a seek), then
+-- the earliest reservation deadline (the reserved_until index: a seek).
 SELECT {part} AS part,
     (SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE state = 0 AND run_after <= :now LIMIT :cap) AS c) AS due0,
     (SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE state = 0 AND run_after > :now LIMIT :cap) AS c) AS future0,
@@ -67,15 +86,17 @@ SELECT {part} AS part,
     (SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE state = 3 AND run_after > :now LIMIT :cap) AS c) AS future3,
     (SELECT MIN(updated_at) FROM {table} WHERE state = 1) AS oldest1,
     (SELECT MIN(updated_at) FROM {table} WHERE state = 2) AS oldest2,
-    (SELECT MIN(updated_at) FROM {table} WHERE state = 3) AS oldest3
+    (SELECT MIN(updated_at) FROM {table} WHERE state = 3) AS oldest3,
+    (SELECT MIN(reserved_until) FROM {table} WHERE reserved_until IS NOT NULL) AS reserve_due
 
 -- name: table_ages
 -- As table_stats without the counts (`queue_stats` with cap 0, the janitor's read): the oldest
--- updated_at of IN_PROGRESS, SUCCEEDED and FAILED jobs.
+-- updated_at of IN_PROGRESS, SUCCEEDED and FAILED jobs and the earliest reservation deadline.
 SELECT {part} AS part,
     (SELECT MIN(updated_at) FROM {table} WHERE state = 1) AS oldest1,
     (SELECT MIN(updated_at) FROM {table} WHERE state = 2) AS oldest2,
-    (SELECT MIN(updated_at) FROM {table} WHERE state = 3) AS oldest3
+    (SELECT MIN(updated_at) FROM {table} WHERE state = 3) AS oldest3,
+    (SELECT MIN(reserved_until) FROM {table} WHERE reserved_until IS NOT NULL) AS reserve_due
 
 -- name: scan_current
 -- One page of jobs in :state with run_after <= :now strictly after the bound
@@ -118,3 +139,20 @@ WHERE local_id IN ({ids}) AND +state = :state
 -- The earliest run_after of the table's PENDING jobs (NULL when none): one index seek on the
 -- (state, run_after, local_id) index. The long-poll watcher asks this instead of a dequeue.
 SELECT MIN(run_after) FROM {table} WHERE state = 0
+
+-- name: fifo_in_flight
+-- A FIFO queue's IN_PROGRESS jobs of one priority (backends/sql_fifo.py adds the priorities).
+SELECT COUNT(*) FROM {table} WHERE state = 1
+
+-- name: fifo_heads
+-- A FIFO queue's heads of one priority: its first :limit PENDING jobs in local id (enqueue)
+-- order, due or not (the first one not due ends the priority), the body only when at most
+-- :inline bytes long (its length always). {lock} is the dialect's FIFO row lock (MySQL: FOR
+-- UPDATE, never SKIP LOCKED: a head another transaction holds is waited for, not skipped).
+SELECT local_id, CASE WHEN LENGTH(body) <= :inline THEN body END AS body, LENGTH(body),
+       attempts_allowed, attempts_remaining, run_after
+FROM {table}
+WHERE state = 0
+ORDER BY local_id
+LIMIT :limit
+{lock}

@@ -34,10 +34,25 @@ CREATE TABLE IF NOT EXISTS {table} (
     updated_at BIGINT NOT NULL,
     run_after BIGINT NOT NULL,
     body LONGBLOB NOT NULL,
+    reserved_until BIGINT NULL,
     PRIMARY KEY (local_id),
     KEY ready (state, run_after, local_id),
-    KEY updated (state, updated_at)
+    KEY updated (state, updated_at),
+    KEY reserved (reserved_until)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin ROW_FORMAT=DYNAMIC
+
+-- name: reserved_tables
+-- (database, table) of this shard's tables that have reserved_until: job tables that lack it
+-- (made before the prefetching broker; `stats_tables` lists them all) get it, and its index,
+-- from a shard handle before its first call.
+SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA LIKE :pattern AND COLUMN_NAME = 'reserved_until'
+
+-- name: add_reserve_column
+-- The reservation deadline (common/jobs.sql) and its index on a job table made before it:
+-- NULL in every row (no job is reserved); an online change (no table lock).
+ALTER TABLE {table} ADD COLUMN reserved_until BIGINT NULL, ADD KEY reserved (reserved_until),
+    ALGORITHM=INPLACE, LOCK=NONE
 
 -- name: create_ledger_table
 -- One queue's ledger (queries/common/ledger.sql), in the queue's database, so it leaves with
@@ -115,6 +130,28 @@ CREATE TABLE IF NOT EXISTS {table} (
 -- Its one row: version 0, nothing stored.
 INSERT IGNORE INTO {table} (id, version, document) VALUES (1, 0, '')
 
+-- name: create_leases
+-- The broker's leases (common/leases.sql), in the shard's own database beside the settings.
+CREATE TABLE IF NOT EXISTS {table} (
+    name VARCHAR(200) NOT NULL,
+    owner VARCHAR(200) NOT NULL,
+    expires_at BIGINT NOT NULL,
+    PRIMARY KEY (name)
+) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin
+
+-- name: lease_prune
+-- Forget up to :limit leases that expired before :stale (live_leases runs it: a server's
+-- heartbeat is a lease per process, so without it the table grew by a row per restart).
+DELETE FROM {table} WHERE expires_at < :stale LIMIT :limit
+
+-- name: lease_take
+-- Take the lease, or renew it: only when it is free, expired or already :owner's. SET runs
+-- left to right: after the owner assignment, owner = :owner exactly when the lease is ours.
+INSERT INTO {table} (name, owner, expires_at) VALUES (:name, :owner, :expires)
+ON DUPLICATE KEY UPDATE
+    owner = IF(owner = :owner OR expires_at <= :now, :owner, owner),
+    expires_at = IF(owner = :owner, :expires, expires_at)
+
 -- name: drop_database
 -- Remove a queue's database with every job of every priority.
 DROP DATABASE IF EXISTS {db}
@@ -164,3 +201,13 @@ SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
 -- name: queue_probe
 -- Fails with "unknown table" (-> QueueNotFound) unless the queue's first job table exists.
 SELECT 1 FROM {table} LIMIT 0
+
+-- name: fifo_index_exists
+-- Whether a job table has the `fifo` index (MySQL has no ADD INDEX IF NOT EXISTS).
+SELECT COUNT(*) FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = :db AND TABLE_NAME = :table_name AND INDEX_NAME = 'fifo'
+
+-- name: create_fifo_index
+-- Serves a FIFO queue's heads (fifo_heads: PENDING jobs in local_id order, no filesort): made
+-- by the queue's first FIFO dequeue (backends/sql_fifo.py), so other queues never maintain it.
+ALTER TABLE {table} ADD INDEX fifo (state, local_id)

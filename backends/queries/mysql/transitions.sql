@@ -38,7 +38,8 @@ LIMIT :limit
 UPDATE {table}
 SET state = 2,
     custom_status = RIGHT(CONCAT(custom_status, :status), :cap),
-    updated_at = :now
+    updated_at = :now,
+    reserved_until = NULL
 WHERE local_id IN ({ids}) AND state = 1
   AND (CAST(claim AS BINARY) = CAST(:claim AS BINARY)
        OR (:claim IS NULL
@@ -54,6 +55,7 @@ SET state = 0,
     claim = NULL,
     custom_status = RIGHT(CONCAT(custom_status, :status), :cap),
     updated_at = :now,
+    reserved_until = NULL,
     attempts_remaining = attempts_remaining - 1
 WHERE local_id IN ({ids}) AND state = 1 AND attempts_remaining > 1
   AND (CAST(claim AS BINARY) = CAST(:claim AS BINARY)
@@ -67,6 +69,7 @@ UPDATE {table}
 SET state = 3,
     custom_status = RIGHT(CONCAT(custom_status, :status), :cap),
     updated_at = :now,
+    reserved_until = NULL,
     attempts_remaining = 0
 WHERE local_id IN ({ids}) AND state = 1 AND attempts_remaining <= 1
   AND (CAST(claim AS BINARY) = CAST(:claim AS BINARY)
@@ -84,6 +87,7 @@ SET state = :state,
     custom_status = LEFT(CONCAT(:status, custom_status), :cap),
     claim = CASE WHEN :state = 0 THEN NULL ELSE claim END,
     updated_at = :now,
+    reserved_until = NULL,
     attempts_remaining = COALESCE(:attempts, attempts_remaining)
 WHERE local_id = :id AND state = 1
   AND (CAST(claim AS BINARY) = CAST(:claim AS BINARY)
@@ -99,12 +103,42 @@ WHERE state = 3
 ORDER BY state, run_after, local_id
 LIMIT :limit
 
+-- name: hand_out_by_ids
+-- overrides: claims compare as binary strings (see the top of this file)
+-- Reserved jobs still held under the prefetch claim :claim become ordinary claims from :now
+-- (the claim timeout counts from here), under :new_claim when given.
+UPDATE {table}
+SET claim = COALESCE(:new_claim, claim), updated_at = :now, reserved_until = NULL
+WHERE local_id IN ({ids}) AND state = 1 AND reserved_until IS NOT NULL
+  AND CAST(claim AS BINARY) = CAST(:claim AS BINARY)
+
+-- name: release_by_ids
+-- overrides: claims compare as binary strings (see the top of this file)
+-- Reserved jobs still held under :claim back to PENDING, nothing used: run_after and
+-- attempts unchanged, claim cleared.
+UPDATE {table}
+SET state = 0, claim = NULL, updated_at = :now, reserved_until = NULL
+WHERE local_id IN ({ids}) AND state = 1 AND reserved_until IS NOT NULL
+  AND CAST(claim AS BINARY) = CAST(:claim AS BINARY)
+
+-- name: reclaim_reserved
+-- Up to :limit reserved jobs whose deadline passed (a broker that died with them) back to
+-- PENDING with nothing used, as release_by_ids does; walks the `reserved` index, which holds
+-- reservations alone (every other job's reserved_until is NULL). FORCE INDEX: with the state
+-- in the WHERE clause the planner may take `updated` and sort every claim of the table.
+UPDATE {table} FORCE INDEX (reserved)
+SET state = 0, claim = NULL, updated_at = :now, reserved_until = NULL
+WHERE reserved_until < :now AND state = 1
+ORDER BY reserved_until
+LIMIT :limit
+
 -- name: reclaim_fail
 -- Up to :limit expired IN_PROGRESS jobs (updated_at < :cutoff) with one attempt or fewer left
--- -> FAILED with none left.
+-- -> FAILED with none left; reserved jobs are not subject to the claim timeout.
 UPDATE {table}
 SET state = 3, updated_at = :now, attempts_remaining = 0
 WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining <= 1
+  AND reserved_until IS NULL
 ORDER BY state, updated_at
 LIMIT :limit
 
@@ -115,6 +149,7 @@ UPDATE {table}
 SET state = 0, run_after = :now, claim = NULL, updated_at = :now,
     attempts_remaining = attempts_remaining - 1
 WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining > 1
+  AND reserved_until IS NULL
 ORDER BY state, updated_at
 LIMIT :limit
 

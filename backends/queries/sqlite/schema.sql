@@ -35,6 +35,26 @@ CREATE TABLE IF NOT EXISTS pinlater_settings (
 -- Its one row: version 0, nothing stored.
 INSERT OR IGNORE INTO pinlater_settings (id, version, document) VALUES (1, 0, x'')
 
+-- name: create_leases
+-- The broker's leases (common/leases.sql); the name does not start with 'q' (no job table).
+CREATE TABLE IF NOT EXISTS pinlater_leases (
+    name TEXT NOT NULL PRIMARY KEY COLLATE BINARY,
+    owner TEXT NOT NULL,
+    expires_at INTEGER NOT NULL
+)
+
+-- name: lease_prune
+-- Forget up to :limit leases that expired before :stale (live_leases runs it: a server's
+-- heartbeat is a lease per process, so without it the table grew by a row per restart).
+DELETE FROM {table} WHERE name IN (
+    SELECT name FROM {table} WHERE expires_at < :stale LIMIT :limit)
+
+-- name: lease_take
+-- Take the lease, or renew it: only when it is free, expired or already :owner's.
+INSERT INTO {table} (name, owner, expires_at) VALUES (:name, :owner, :expires)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+WHERE {table}.owner = excluded.owner OR {table}.expires_at <= :now
+
 -- name: create_job_table
 -- One job table; times are epoch ms, body is a BLOB (byte-identical round trip).
 CREATE TABLE IF NOT EXISTS {table} (
@@ -47,8 +67,23 @@ CREATE TABLE IF NOT EXISTS {table} (
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
     run_after INTEGER NOT NULL,
-    body BLOB NOT NULL
+    body BLOB NOT NULL,
+    reserved_until INTEGER
 )
+
+-- name: reserve_probe
+-- Fails with "no such column" unless {table} has reserved_until (tables made before the
+-- prefetching broker get it from add_reserve_column when the shard opens).
+SELECT reserved_until FROM {table} LIMIT 0
+
+-- name: add_reserve_column
+-- The reservation deadline (common/jobs.sql) on a job table made before it: NULL everywhere.
+ALTER TABLE {table} ADD COLUMN reserved_until INTEGER
+
+-- name: create_reserve_index
+-- Serves the janitor's return of expired reservations: reserved jobs alone, by deadline
+-- (partial: the NULL of every other job costs an enqueue nothing).
+CREATE INDEX IF NOT EXISTS {index} ON {table} (reserved_until) WHERE reserved_until IS NOT NULL
 
 -- name: create_dequeue_index
 -- Serves dequeue, counts and scans: eligible jobs of a state in (run_after, local_id) order.
@@ -136,3 +171,8 @@ SELECT 1 FROM {table} LIMIT 0
 -- A slot's row unless it exists: :enqueued 0, or the opening balance of a queue that held
 -- jobs before it had a ledger (the jobs present then).
 INSERT OR IGNORE INTO {table} (slot, enqueued) VALUES (:slot, :enqueued)
+
+-- name: create_fifo_index
+-- Serves a FIFO queue's heads (fifo_heads: PENDING jobs in local_id order, no sort): made by
+-- the queue's first FIFO dequeue (backends/sql_fifo.py), so other queues never maintain it.
+CREATE INDEX IF NOT EXISTS {index} ON {table} (state, local_id)

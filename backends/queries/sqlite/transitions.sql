@@ -22,10 +22,13 @@ LIMIT :limit
 -- name: ack_success
 -- IN_PROGRESS jobs with a matching claim -> SUCCEEDED; append status; the claim stays for
 -- lookups. One statement per group of acks sharing status and claim (pinlater/storage/acks.py).
+-- A reserved job (prefetched, its hand-out not written yet) is acked as a handed-out one, and
+-- every ack and checkpoint ends its reservation.
 UPDATE {table}
 SET state = 2,
     custom_status = substr(custom_status || :status, -:cap),
-    updated_at = :now
+    updated_at = :now,
+    reserved_until = NULL
 WHERE local_id IN ({ids}) AND +state = 1
   AND (claim = :claim OR (:claim IS NULL AND substr(claim, :source_pos) = :source))
 
@@ -39,6 +42,7 @@ SET state = 0,
     claim = NULL,
     custom_status = substr(custom_status || :status, -:cap),
     updated_at = :now,
+    reserved_until = NULL,
     attempts_remaining = attempts_remaining - 1
 WHERE local_id IN ({ids}) AND +state = 1 AND attempts_remaining > 1
   AND (claim = :claim OR (:claim IS NULL AND substr(claim, :source_pos) = :source))
@@ -50,6 +54,7 @@ UPDATE {table}
 SET state = 3,
     custom_status = substr(custom_status || :status, -:cap),
     updated_at = :now,
+    reserved_until = NULL,
     attempts_remaining = 0
 WHERE local_id IN ({ids}) AND +state = 1 AND attempts_remaining <= 1
   AND (claim = :claim OR (:claim IS NULL AND substr(claim, :source_pos) = :source))
@@ -65,6 +70,7 @@ SET state = :state,
     custom_status = substr(:status || custom_status, 1, :cap),
     claim = CASE WHEN :state = 0 THEN NULL ELSE claim END,
     updated_at = :now,
+    reserved_until = NULL,
     attempts_remaining = COALESCE(:attempts, attempts_remaining)
 WHERE local_id = :id AND state = 1
   AND (claim = :claim OR (:claim IS NULL AND substr(claim, :source_pos) = :source))
@@ -77,14 +83,25 @@ SET state = 0, run_after = COALESCE(:run_after, :now), claim = NULL, updated_at 
 WHERE +state = 3 AND local_id IN (
     SELECT local_id FROM {table} WHERE state = 3 ORDER BY run_after, local_id LIMIT :limit)
 
+-- name: reclaim_reserved
+-- Up to :limit reserved jobs whose deadline passed (a broker that died with them) back to
+-- PENDING with nothing used, as release_by_ids (common/jobs.sql) does.
+UPDATE {table}
+SET state = 0, claim = NULL, updated_at = :now, reserved_until = NULL
+WHERE +state = 1 AND local_id IN (
+    SELECT local_id FROM {table}
+    WHERE reserved_until < :now
+    ORDER BY reserved_until LIMIT :limit)
+
 -- name: reclaim_fail
 -- Up to :limit expired IN_PROGRESS jobs (updated_at < :cutoff) with one attempt or fewer left
--- -> FAILED with none left.
+-- -> FAILED with none left; reserved jobs are not subject to the claim timeout.
 UPDATE {table}
 SET state = 3, updated_at = :now, attempts_remaining = 0
 WHERE +state = 1 AND local_id IN (
     SELECT local_id FROM {table}
     WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining <= 1
+      AND reserved_until IS NULL
     ORDER BY updated_at LIMIT :limit)
 
 -- name: reclaim_retry
@@ -96,6 +113,7 @@ SET state = 0, run_after = :now, claim = NULL, updated_at = :now,
 WHERE +state = 1 AND local_id IN (
     SELECT local_id FROM {table}
     WHERE state = 1 AND updated_at < :cutoff AND attempts_remaining > 1
+      AND reserved_until IS NULL
     ORDER BY updated_at LIMIT :limit)
 
 -- name: purge

@@ -25,17 +25,18 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote
+from urllib.parse import quote, unquote
 
 from pinlater import __version__
 from pinlater.errors import PasswordInvalid, PinLaterError
 from pinlater.ops.admin_actions import AdminActions
 from pinlater.ops.admin_reads import DEFAULT_PAGE_SIZE, AdminReads
-from pinlater.server.admin_api import BadInput, error_status
+from pinlater.server.admin_api import error_status
 from pinlater.server.admin_auth import AdminAuth, AuthError, Principal, same_origin
 from pinlater.server.dashboard import pages
 from pinlater.server.dashboard.markup import STATIC, Markup, fill, join, page, static_file
 from pinlater.server.http import Request, Response
+from pinlater.server.query_params import BadInput, parse_fields, whole_number, yes_no
 
 log = logging.getLogger("pinlater.admin")
 
@@ -48,15 +49,11 @@ CSP = (
 REFRESH_SECONDS = 5
 #: queues the overview lists at most (a filter narrows it)
 OVERVIEW_MAX_ROWS = 2000
-#: form and query fields one request may carry
-MAX_FIELDS = 20
 #: flash messages kept (one per session at most, taken by the next page)
 MAX_FLASHES = 1000
-_INT = re.compile(r"[0-9]{1,18}", re.ASCII)
 _NEXT = re.compile(r"/ui/(?![/\\])[!-~]{0,500}", re.ASCII)
 _NUMBER = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?", re.ASCII)
 _ACTIONS = ("pause", "resume", "retry", "delete-jobs")
-_BOOLS = {"true": True, "on": True, "1": True, "false": False, "0": False, "": False}
 
 Handler = Callable[["Visit"], Response]
 
@@ -68,7 +65,7 @@ class Visit:
         self.request = request
         self.params = params
         self.principal = principal
-        self.query = _fields(request.query)
+        self.query = parse_fields(request.query)
 
     @property
     def actor(self) -> str:
@@ -84,15 +81,7 @@ class Visit:
             text = self.request.body.decode("utf-8")
         except UnicodeDecodeError:
             raise BadInput("the form is not valid UTF-8") from None
-        return _fields(text)
-
-    def int_field(self, fields: dict[str, str], name: str, default: int | None = None):
-        text = fields.get(name, "").strip()
-        if not text:
-            return default
-        if not _INT.fullmatch(text):
-            raise BadInput(f"{name}: must be a whole number, got {text[:40]!r}")
-        return int(text)
+        return parse_fields(text)
 
 
 class Dashboard:
@@ -349,22 +338,19 @@ class Dashboard:
 
     def _browse(self, visit: Visit) -> dict[str, Any]:
         query = visit.query
-        future = _BOOLS.get(query.get("future", "").lower())
-        if future is None:
-            raise BadInput(f"future: must be true or false, got {query['future'][:40]!r}")
         return {
             "state": query.get("state") or "pending",
-            "priority": visit.int_field(query, "priority"),
-            "future": future,
-            "limit": visit.int_field(query, "limit", DEFAULT_PAGE_SIZE),
-            "page": max(1, min(visit.int_field(query, "page", 1), 10**9)),
+            "priority": whole_number(query, "priority"),
+            "future": yes_no(query, "future"),
+            "limit": whole_number(query, "limit", DEFAULT_PAGE_SIZE),
+            "page": max(1, min(whole_number(query, "page", 1), 10**9)),
         }
 
     def _confirm(self, visit: Visit) -> Response:
         self._writable()
         queue = self.reads.ctx.existing_queue(visit.params["queue"])
         action = visit.query.get("action", "")
-        body = self._action_body(visit, action, visit.query)
+        body = _action_body(action, visit.query)
         detail: Markup = Markup("")
         if action in ("retry", "delete-jobs"):
             run = self.actions.retry_failed if action == "retry" else self.actions.delete_jobs
@@ -411,7 +397,7 @@ class Dashboard:
         if action == "settings":
             message = self._set(visit, queue, form)
         else:
-            body = self._action_body(visit, action, form)
+            body = _action_body(action, form)
             message = self._run(visit, queue, action, body)
         self._remember(visit, message)
         return _redirect(pages.queue_url(self.reads.ctx.queue_name(queue)))
@@ -444,21 +430,6 @@ class Dashboard:
         return f"{key} of {queue}: " + (
             "stored value cleared" if value is None else f"set to {value}"
         )
-
-    def _action_body(self, visit: Visit, action: str, fields: dict[str, str]) -> dict[str, Any]:
-        if action not in _ACTIONS:
-            raise BadInput(f"action: {action[:40]!r} is not one of {', '.join(_ACTIONS)}")
-        body: dict[str, Any] = {}
-        if action in ("retry", "delete-jobs"):
-            priority = visit.int_field(fields, "priority")
-            if priority is not None:
-                body["priority"] = priority
-            limit = visit.int_field(fields, "limit")
-            if limit is not None:
-                body["limit"] = limit
-        if action == "delete-jobs":
-            body["state"] = fields.get("state", "")
-        return body
 
     def _writable(self) -> None:
         if self.read_only:
@@ -499,17 +470,21 @@ def _form_values(body: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in body.items()}
 
 
-def _fields(text: str) -> dict[str, str]:
-    try:
-        pairs = parse_qsl(text, keep_blank_values=True, max_num_fields=MAX_FIELDS)
-    except ValueError:
-        raise BadInput(f"more than {MAX_FIELDS} fields") from None
-    out: dict[str, str] = {}
-    for key, value in pairs:
-        if key in out:
-            raise BadInput(f"field {key[:40]!r} given twice")
-        out[key] = value
-    return out
+def _action_body(action: str, fields: dict[str, str]) -> dict[str, Any]:
+    """The body of an action from its form (or confirm page's query) fields."""
+    if action not in _ACTIONS:
+        raise BadInput(f"action: {action[:40]!r} is not one of {', '.join(_ACTIONS)}")
+    body: dict[str, Any] = {}
+    if action in ("retry", "delete-jobs"):
+        priority = whole_number(fields, "priority")
+        if priority is not None:
+            body["priority"] = priority
+        limit = whole_number(fields, "limit")
+        if limit is not None:
+            body["limit"] = limit
+    if action == "delete-jobs":
+        body["state"] = fields.get("state", "")
+    return body
 
 
 def _local(request: Request) -> str:

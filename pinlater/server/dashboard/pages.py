@@ -385,6 +385,8 @@ def shards_page(data: Mapping[str, Any]) -> Markup:
         jobs = s.get("jobs") or {}
         lat = s["latency_ms"]
         status = [("healthy" if s["healthy"] else "unhealthy", "ok" if s["healthy"] else "bad")]
+        if s.get("cluster"):  # config `clusters:`
+            status.insert(0, (f"cluster {s['cluster']}", "info"))
         if s["dequeue_only"]:
             status.append(("dequeue-only", "limited"))
         if s["settings_home"]:

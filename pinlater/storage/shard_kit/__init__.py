@@ -19,6 +19,9 @@ form of those rules at the shard seam. Each rule is one named check, in a module
     races           concurrent dequeuers, enqueuers, acks against the reclaimer
     settings        the runtime queue settings document: empty, compare-and-set, bytes
     ledger          the per-queue books: what each transition counts, balance, reset
+    fifo            FIFO dequeue: heads in order, the in-flight cap, heads that come back
+    prefetch        the broker's reservations: prefetch, hand_out, release, their expiry
+    leases          the broker's leases: one owner, renewal, expiry, release, listing
 
 A check that pins a docs/semantics.md row names it (`@check(rule="T-ack-success")`), so a
 row's id leads to its shard-level checks as well as to its conformance tests; checks of rules
@@ -91,6 +94,9 @@ CHECK_MODULES = tuple(
         "races",
         "settings",
         "ledger",
+        "fifo",
+        "prefetch",
+        "leases",
     )
 )
 

@@ -16,6 +16,7 @@ from pinlater.storage.shard_kit.kit import (
     SOURCE,
     SUCCEEDED,
     Kit,
+    acked,
     by_source,
     held,
     raises,
@@ -138,8 +139,8 @@ def fencing_a_stale_worker_cannot_touch_a_reclaimed_and_redequeued_job(kit: Kit)
     kit.advance(60_000)
     assert kit.shard.reclaim_expired(QUEUE, 1, 30_000, 10).retried == 1
     (second,) = kit.dequeue()
-    assert kit.ack([Ack(1, first.local_id, held(first))]) == 0
-    assert kit.ack(failed=[Ack(1, first.local_id, held(first))]) == 0
+    assert kit.ack_jobs([first]) == 0
+    assert kit.ack_jobs(failed=[first]) == 0
     assert kit.checkpoint(Checkpoint(1, first.local_id, held(first), move_to_pending=True)) == 0
     record = kit.record(second.local_id)
     assert record.state == IN_PROGRESS and record.claim == second.claim
@@ -153,7 +154,7 @@ def fencing_a_stale_worker_cannot_touch_a_reclaimed_and_redequeued_job(kit: Kit)
 def ack_and_dequeue_applies_the_acks_first(kit: Kit) -> None:
     a, b, c = kit.enqueue(b"a", b"b", b"c", attempts_allowed=3)
     ok_job, bad_job = kit.dequeue(2)
-    ok, bad = Ack(1, ok_job.local_id, held(ok_job)), Ack(1, bad_job.local_id, held(bad_job))
+    ok, bad = acked(ok_job), acked(bad_job)
     claim = new_claim(SOURCE)
     applied, jobs = kit.shard.ack_and_dequeue(QUEUE, [ok], [bad], 1, 5, claim)
     assert applied == 2

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pinlater.storage.claims import new_claim
 from pinlater.storage.contract import ByteBudget, StorageLimits
-from pinlater.storage.models import Ack
 from pinlater.storage.shard_kit.kit import (
     IN_PROGRESS,
     PENDING,
@@ -13,7 +12,7 @@ from pinlater.storage.shard_kit.kit import (
     SOURCE,
     SUCCEEDED,
     Kit,
-    held,
+    acked,
 )
 from pinlater.storage.shard_kit.registry import check
 
@@ -82,7 +81,7 @@ def ack_and_dequeue_applies_its_acks_and_claims_within_the_budget(kit: Kit) -> N
     (first,) = kit.enqueue(b"done")
     (job,) = kit.dequeue()
     ids = kit.enqueue(b"p" * 50, b"q" * 50, b"r" * 50)
-    ack = Ack(1, job.local_id, held(job))
+    ack = acked(job)
     applied, got = kit.shard.ack_and_dequeue(
         QUEUE, [ack], [], 1, 10, new_claim(SOURCE), _budget(50, 50)
     )

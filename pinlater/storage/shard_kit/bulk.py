@@ -5,7 +5,7 @@ and purges of more jobs than one step (DELETE_STEP) removes."""
 from __future__ import annotations
 
 from pinlater.storage.contract import DELETE_STEP
-from pinlater.storage.models import Ack, Checkpoint
+from pinlater.storage.models import Checkpoint
 from pinlater.storage.shard_kit.kit import FAILED, IN_PROGRESS, PENDING, QUEUE, SUCCEEDED, Kit, held
 from pinlater.storage.shard_kit.registry import check
 
@@ -77,7 +77,7 @@ def batch_of_1500_jobs_moves_through_every_primitive(kit: Kit) -> None:
     assert kit.shard.reclaim_expired(QUEUE, 1, 30_000, 2 * n).retried == n  # index complete
     jobs = kit.dequeue(2 * n)
     assert kit.checkpoint(*[Checkpoint(1, j.local_id, held(j)) for j in jobs]) == n
-    assert kit.ack([Ack(1, j.local_id, held(j)) for j in jobs]) == n
+    assert kit.ack_jobs(jobs) == n
     assert len(kit.shard.lookup(QUEUE, [(1, i) for i in ids], True)) == n
     assert kit.count(SUCCEEDED) == n
     assert kit.shard.delete_jobs(QUEUE, SUCCEEDED, 1, 2 * n, None) == n
@@ -108,7 +108,7 @@ def delete_jobs_past_one_step_deletes_exactly_up_to_the_limit(kit: Kit) -> None:
 def purge_past_one_step_deletes_every_job_due(kit: Kit) -> None:
     _enqueue_many(kit, DELETE_STEP + 50)
     jobs = kit.dequeue(DELETE_STEP + 50)
-    assert kit.ack([Ack(1, j.local_id, held(j)) for j in jobs]) == DELETE_STEP + 50
+    assert kit.ack_jobs(jobs) == DELETE_STEP + 50
     kit.advance(120_000)
     assert kit.shard.purge(QUEUE, 1, SUCCEEDED, 60_000, DELETE_STEP + 10) == DELETE_STEP + 10
     assert kit.shard.purge(QUEUE, 1, SUCCEEDED, 60_000, 10**6) == 40

@@ -4,7 +4,7 @@ only what is strictly older than the cutoff, and at most the limit."""
 
 from __future__ import annotations
 
-from pinlater.storage.models import Ack, ReclaimCounts
+from pinlater.storage.models import ReclaimCounts
 from pinlater.storage.shard_kit.kit import (
     FAILED,
     HOUR_MS,
@@ -13,7 +13,6 @@ from pinlater.storage.shard_kit.kit import (
     QUEUE,
     SUCCEEDED,
     Kit,
-    held,
 )
 from pinlater.storage.shard_kit.registry import check
 
@@ -73,11 +72,11 @@ def purge_measures_the_ttl_from_updated_at_not_run_after(kit: Kit) -> None:
     kit.enqueue(b"old", b"young", run_after_ms=now - 10 * HOUR_MS)
     kit.enqueue(b"delayed", run_after_ms=now + 10 * HOUR_MS)
     (old,) = kit.dequeue(1)
-    kit.ack([Ack(1, old.local_id, held(old))])
+    kit.ack_jobs([old])
     assert kit.shard.purge(QUEUE, 1, SUCCEEDED, 60_000, 10) == 0  # run_after is 10 hours ago
     kit.advance(120_000)
     (young,) = kit.dequeue(1)
-    kit.ack([Ack(1, young.local_id, held(young))])
+    kit.ack_jobs([young])
     assert kit.shard.purge(QUEUE, 1, FAILED, 60_000, 10) == 0  # only the given state
     assert kit.shard.purge(QUEUE, 1, SUCCEEDED, 60_000, 10) == 1
     assert [r.local_id for r in kit.records([1, 2, 3])] == [2, 3]

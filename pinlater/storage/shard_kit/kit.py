@@ -141,6 +141,12 @@ class Kit:
     def ack(self, succeeded: Sequence[Ack] = (), failed: Sequence[Ack] = ()) -> int:
         return self.shard.ack(QUEUE, succeeded, failed)
 
+    def ack_jobs(
+        self, succeeded: Sequence[DequeuedJob] = (), failed: Sequence[DequeuedJob] = ()
+    ) -> int:
+        """Acks dequeued jobs the way a client does (`acked`)."""
+        return self.ack([acked(j) for j in succeeded], [acked(j) for j in failed])
+
     def checkpoint(self, *checkpoints: Checkpoint) -> int:
         return self.shard.checkpoint(QUEUE, checkpoints)
 
@@ -167,6 +173,11 @@ def by_source(source: str = SOURCE) -> ClaimMatch:
 def held(job: DequeuedJob) -> ClaimMatch:
     """The claim match of a client that sends back the claim it was given."""
     return ClaimMatch(SOURCE, job.claim)
+
+
+def acked(job: DequeuedJob) -> Ack:
+    """The ack a client sends back for `job`: its priority and id, and the claim it was given."""
+    return Ack(job.priority, job.local_id, held(job))
 
 
 def raises(kind: type[E], call: Callable[[], Any]) -> E:

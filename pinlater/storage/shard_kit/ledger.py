@@ -19,6 +19,7 @@ from pinlater.storage.shard_kit.kit import (
     SOURCE,
     SUCCEEDED,
     Kit,
+    acked,
     held,
 )
 from pinlater.storage.shard_kit.races import retried, run_threads
@@ -65,12 +66,9 @@ def ledger_counts_success_failure_and_retry_acks_apart(kit: Kit) -> None:
     ok, retry, last = kit.dequeue(3)
     stale = ClaimMatch(SOURCE, "not-the-claim")
     assert kit.ack(succeeded=[Ack(1, ok.local_id, stale)]) == 0  # a no-op counts nothing
-    applied = kit.ack(
-        succeeded=[Ack(1, ok.local_id, held(ok))],
-        failed=[Ack(1, retry.local_id, held(retry)), Ack(1, last.local_id, held(last))],
-    )
+    applied = kit.ack_jobs(succeeded=[ok], failed=[retry, last])
     assert applied == 3
-    assert kit.ack(succeeded=[Ack(1, ok.local_id, held(ok))]) == 0  # a resent ack neither
+    assert kit.ack_jobs(succeeded=[ok]) == 0  # a resent ack neither
     found = book(kit)
     assert counters(kit) == {
         "enqueued": 3,
@@ -86,9 +84,7 @@ def ledger_counts_success_failure_and_retry_acks_apart(kit: Kit) -> None:
 def ledger_counts_piggybacked_acks_and_their_dequeue(kit: Kit) -> None:
     kit.enqueue(b"a", b"b")
     (first,) = kit.dequeue(1)
-    applied, jobs = kit.shard.ack_and_dequeue(
-        QUEUE, [Ack(1, first.local_id, held(first))], [], 1, 5, new_claim(SOURCE)
-    )
+    applied, jobs = kit.shard.ack_and_dequeue(QUEUE, [acked(first)], [], 1, 5, new_claim(SOURCE))
     assert applied == 1 and len(jobs) == 1
     assert counters(kit) == {"enqueued": 2, "dequeued": 2, "succeeded": 1}
 
@@ -97,7 +93,7 @@ def ledger_counts_piggybacked_acks_and_their_dequeue(kit: Kit) -> None:
 def ledger_counts_deletes_and_purges_and_stays_balanced(kit: Kit) -> None:
     kit.enqueue(*[b"x"] * 5, attempts_allowed=1)
     jobs = kit.dequeue(4)
-    kit.ack(succeeded=[Ack(1, j.local_id, held(j)) for j in jobs[:2]])
+    kit.ack_jobs(succeeded=jobs[:2])
     kit.fail_for_good(jobs[2:3])
     assert kit.shard.delete_jobs(QUEUE, PENDING, 1, 10, None) == 1
     assert kit.shard.delete_jobs(QUEUE, IN_PROGRESS, 1, 10, lambda body: True) == 1

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pinlater.storage.contract import DELETE_STEP, StorageLimits
 from pinlater.storage.errors import QueueNotFound
-from pinlater.storage.models import Ack, JobState
-from pinlater.storage.shard_kit.kit import HOUR_MS, PENDING, QUEUE, Kit, held, raises
+from pinlater.storage.models import JobState
+from pinlater.storage.shard_kit.kit import HOUR_MS, PENDING, QUEUE, Kit, raises
 from pinlater.storage.shard_kit.registry import check
 
 
@@ -30,7 +30,7 @@ def queue_delete_removes_every_job_and_is_idempotent(kit: Kit) -> None:
     kit.enqueue(b"p3", priority=3)
     kit.enqueue(b"later", run_after_ms=shard.now_ms() + HOUR_MS)
     jobs = kit.dequeue(5)
-    kit.ack([Ack(1, j.local_id, held(j)) for j in jobs[:2]])
+    kit.ack_jobs(jobs[:2])
     kit.fail_for_good(jobs[2:4])
     shard.delete_queue(QUEUE)
     shard.delete_queue(QUEUE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pinlater.storage.models import Ack, JobRecord, ScanBound
+from pinlater.storage.models import JobRecord, ScanBound
 from pinlater.storage.shard_kit.kit import (
     FAILED,
     HOUR_MS,
@@ -13,7 +13,6 @@ from pinlater.storage.shard_kit.kit import (
     QUEUE,
     SUCCEEDED,
     Kit,
-    held,
     raises,
 )
 from pinlater.storage.shard_kit.registry import check
@@ -132,7 +131,7 @@ def scan_of_other_states_splits_due_from_future_and_filters(kit: Kit) -> None:
     now = kit.shard.now_ms()
     kit.enqueue(b"keep", b"drop", run_after_ms=now - 100)
     for job in kit.dequeue():
-        assert kit.ack([Ack(1, job.local_id, held(job))]) == 1
+        assert kit.ack_jobs([job]) == 1
     assert kit.scan(SUCCEEDED, {1: None, 2: None}, future=True) == []
     due = kit.scan(SUCCEEDED, {1: None, 2: None})
     assert [(r.local_id, r.state) for r in due] == [(2, SUCCEEDED), (1, SUCCEEDED)]

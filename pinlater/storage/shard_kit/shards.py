@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pinlater.storage.claims import new_claim
 from pinlater.storage.errors import QueueNotFound
-from pinlater.storage.models import Ack
 from pinlater.storage.shard_kit.kit import (
     HOUR_MS,
     IN_PROGRESS,
@@ -14,7 +13,7 @@ from pinlater.storage.shard_kit.kit import (
     QUEUE,
     SOURCE,
     Kit,
-    held,
+    acked,
     raises,
 )
 from pinlater.storage.shard_kit.registry import check
@@ -68,7 +67,7 @@ def shards_of_one_backend_keep_their_own_jobs(kit: Kit) -> None:
     assert kit.enqueue(b"b1", shard=other, attempts_allowed=1) == [1]  # ids are per shard
     assert [j.body for j in other.dequeue(QUEUE, 1, 10, new_claim(SOURCE))] == [b"b1"]
     (job,) = kit.dequeue(1)
-    assert other.ack(QUEUE, [Ack(1, job.local_id, held(job))], []) == 0
+    assert other.ack(QUEUE, [acked(job)], []) == 0
     assert other.lookup(QUEUE, [(1, 2)], True) == []
     assert other.delete_jobs(QUEUE, PENDING, 1, 10, None) == 0
     other.clock_offset_ms = kit.shard.clock_offset_ms + HOUR_MS

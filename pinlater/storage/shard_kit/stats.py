@@ -4,7 +4,7 @@ one; missing queues left out; cap 0 reads the ages alone; a queue deleted is gon
 from __future__ import annotations
 
 from pinlater.storage.contract import MAX_STATS_QUEUES
-from pinlater.storage.models import Ack, NewJob
+from pinlater.storage.models import NewJob
 from pinlater.storage.shard_kit.kit import (
     FAILED,
     HOUR_MS,
@@ -13,7 +13,6 @@ from pinlater.storage.shard_kit.kit import (
     QUEUE,
     SUCCEEDED,
     Kit,
-    held,
 )
 from pinlater.storage.shard_kit.registry import check
 
@@ -25,8 +24,8 @@ def queue_stats_agree_with_count_for_every_priority_state_and_window(kit: Kit) -
     kit.enqueue(*[b"later"] * 2, run_after_ms=now + HOUR_MS)
     kit.enqueue(*[b"p3"] * 3, priority=3, run_after_ms=now - 10)
     jobs = kit.dequeue(3)
-    kit.ack(succeeded=[Ack(1, jobs[0].local_id, held(jobs[0]))])
-    kit.ack(failed=[Ack(1, jobs[1].local_id, held(jobs[1]))])  # one attempt: FAILED
+    kit.ack_jobs(succeeded=[jobs[0]])
+    kit.ack_jobs(failed=[jobs[1]])  # one attempt: FAILED
     kit.shard.create_queue("other")
     kit.enqueue(b"o", queue="other", run_after_ms=now + HOUR_MS)
     with kit.timed() as window:
@@ -67,8 +66,8 @@ def queue_stats_give_the_oldest_update_of_each_aged_state_and_the_first_key_expi
         jobs = kit.dequeue(3)
     kit.advance(5_000)
     with kit.timed() as second:
-        kit.ack(succeeded=[Ack(1, jobs[0].local_id, held(jobs[0]))])
-        kit.ack(failed=[Ack(1, jobs[1].local_id, held(jobs[1]))])
+        kit.ack_jobs(succeeded=[jobs[0]])
+        kit.ack_jobs(failed=[jobs[1]])
         kit.shard.enqueue_keyed(QUEUE, [NewJob(body=b"k", unique_key="key")], 60_000)
     (stats,) = kit.shard.queue_stats([QUEUE], 10).values()
     assert first.holds(stats.oldest_update[(1, IN_PROGRESS)])
