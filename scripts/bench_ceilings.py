@@ -85,10 +85,6 @@ CLIENTS = 4
 MODES = ("enqueue", "dequeue")
 
 
-def noop(job) -> None:
-    """The worker benchmark's handler (`--handler bench_ceilings:noop`)."""
-
-
 @dataclass
 class Measure:
     """One load run: rate, latency percentiles and CPU ms per 100 jobs by process."""
@@ -307,6 +303,11 @@ def fill(rig: Rig, queue: str, jobs: int, body: bytes) -> None:
         rig.client.enqueue(queue, [body] * min(1000, jobs - start))
 
 
+#: the worker benchmark's no-op handler: `id(job)` returns at once (a non-string result: a plain
+#: success). A builtin imports nothing, so a --worker-baseline checkout of any age can load it.
+NOOP_HANDLER = "builtins:id"
+
+
 def worker_drain(rig: Rig, queue: str, args, root: Path = ROOT) -> Measure:
     """`pinlater-worker` (of the checkout `root`) with default options and a no-op handler on
     a filled queue: timed from its "worker started" log line (imports excluded) until the
@@ -321,7 +322,7 @@ def worker_drain(rig: Rig, queue: str, args, root: Path = ROOT) -> Measure:
         "--queue",
         queue,
         "--handler",
-        "bench_ceilings:noop",
+        NOOP_HANDLER,
         "--servers",
         rig.address,
         "--no-status",

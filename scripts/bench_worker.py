@@ -2,7 +2,7 @@
 CLI's raw dequeue+ack load loop on the same server and data, per backend.
 
     PYTHONPATH=. python scripts/bench_worker.py [--backend sqlite|redis|mysql] [--jobs 50000]
-        [--concurrency 100] [--modes cli cli-piggyback class process]
+        [--concurrency 100] [--modes cli cli-piggyback class process defaults]
 
 Starts a throwaway `pinlater-server` on throwaway storage (SQLite in a temp dir, or the
 redis-server / mariadbd instances of tests/support), and for each mode fills a fresh
@@ -13,7 +13,8 @@ queue with `--jobs` jobs (100-byte bodies, enqueued in batches of 1000), then dr
 * class:         `Worker(client, queue, noop, concurrency=C)` in this process, timed from
                  run() until every ack was sent;
 * process:       `pinlater-worker --handler bench_worker:noop -c C` in its own process, timed
-                 from spawn until the server counts every job SUCCEEDED (polled every 0.2 s).
+                 from spawn until the server counts every job SUCCEEDED (polled every 0.2 s);
+* defaults:      the same with no tuning options at all (what users run; -c 4, prefetch).
 Prints jobs/s per mode and checks that every job ended SUCCEEDED.
 """
 
@@ -98,8 +99,12 @@ def run_class(client: PinLaterClient, queue: str, jobs: int, concurrency: int) -
 
 
 def run_process(
-    client: PinLaterClient, servers: str, queue: str, jobs: int, concurrency: int
+    client: PinLaterClient, servers: str, queue: str, jobs: int, concurrency: int | None
 ) -> float:
+    """`concurrency` None: pinlater-worker's defaults."""
+    tuning = (
+        [] if concurrency is None else ["-c", str(concurrency), "--max-batch", str(concurrency)]
+    )
     cmd = [
         sys.executable,
         "-m",
@@ -110,10 +115,7 @@ def run_process(
         "bench_worker:noop",
         "--servers",
         servers,
-        "-c",
-        str(concurrency),
-        "--max-batch",
-        str(concurrency),
+        *tuning,
         "--no-status",
         "--log-level",
         "WARNING",
@@ -136,7 +138,9 @@ def main() -> int:
     parser.add_argument("--backend", choices=KINDS, default="sqlite")
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--concurrency", type=int, default=100)
-    parser.add_argument("--modes", nargs="+", default=["cli", "cli-piggyback", "class", "process"])
+    parser.add_argument(
+        "--modes", nargs="+", default=["cli", "cli-piggyback", "class", "process", "defaults"]
+    )
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory() as tmp,
@@ -154,7 +158,8 @@ def main() -> int:
                 elif mode == "class":
                     rate = run_class(client, queue, args.jobs, args.concurrency)
                 else:
-                    rate = run_process(client, servers, queue, args.jobs, args.concurrency)
+                    threads = None if mode == "defaults" else args.concurrency
+                    rate = run_process(client, servers, queue, args.jobs, threads)
                 done = client.count(queue, JobState.SUCCEEDED)
                 results[mode] = rate
                 print(f"{mode:14s} {rate:9.0f} jobs/s  ({done}/{args.jobs} SUCCEEDED)", flush=True)

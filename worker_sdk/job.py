@@ -32,6 +32,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from worker_sdk.client import PinLaterClient
 
 
+#: guards a context's fields while a checkpoint updates them; one for all contexts (a lock per
+#: job cost more than the rare checkpoints contend)
+_CHECKPOINT_LOCK = threading.Lock()
+
+
 class RetryJob(Exception):
     """Fail this attempt and retry after `delay` seconds (None: the worker's retry policy)."""
 
@@ -65,7 +70,6 @@ class JobContext:
         self.attempts_remaining = job.attempts_remaining
         self.released = False
         self._stopping = stopping or threading.Event()
-        self._lock = threading.Lock()
 
     @property
     def attempt(self) -> int:
@@ -116,7 +120,7 @@ class JobContext:
                 )
             ],
         )
-        with self._lock:
+        with _CHECKPOINT_LOCK:
             if new_body is not None:
                 self.body = new_body.encode() if isinstance(new_body, str) else bytes(new_body)
             if attempts is not None:

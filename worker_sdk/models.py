@@ -103,17 +103,35 @@ _SET_DESCRIPTOR, _SET_BODY, _SET_ALLOWED, _SET_REMAINING, _SET_CLAIM = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class AckInfo:
     """One job's ack. With `claim` set the server applies it only while that claim holds."""
 
     descriptor: str
-    claim: str | None = None
-    append_status: str = ""
-    retry_delay_ms: int = 0
+    claim: str | None
+    append_status: str
+    retry_delay_ms: int
+
+    def __init__(
+        self,
+        descriptor: str,
+        claim: str | None = None,
+        append_status: str = "",
+        retry_delay_ms: int = 0,
+    ):
+        """Slots set directly, as DequeuedJob's: the Worker makes one per finished job."""
+        _SET_ACK_DESCRIPTOR(self, descriptor)
+        _SET_ACK_CLAIM(self, claim)
+        _SET_ACK_STATUS(self, append_status)
+        _SET_ACK_DELAY(self, retry_delay_ms)
 
     def to_wire(self) -> Any:
         return _ack_struct(self.descriptor, self.claim, self.append_status, self.retry_delay_ms)
+
+
+_SET_ACK_DESCRIPTOR, _SET_ACK_CLAIM, _SET_ACK_STATUS, _SET_ACK_DELAY = (
+    getattr(AckInfo, name).__set__ for name in AckInfo.__slots__
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,12 +17,18 @@ finished nothing is prefetched, and slow handlers (prefetch_wait shorter than on
 exactly `threads` jobs at a time: concurrency and memory stay bounded by the knobs whatever the
 queue holds.
 
-Dequeue calls: while prefetching, up to `max_dequeues` (4) calls may be in flight at once, so
-the round trips overlap the handlers and each other (the server answers them in parallel; one
-call at a time left the handlers idle for most of each round trip); otherwise one, as without
-prefetch. While a thread is idle a call asks for whatever is free; otherwise it waits until at
-least limit / (2 x calls) is free (capped at max_batch), so fast handlers get big batches
-instead of a call per finished job.
+Dequeue calls: while prefetching from a backlog (the last call came back full), up to
+`max_dequeues` (4) calls may be in flight at once, each for at most half the limit, so the
+round trips overlap the handlers and each other (the server answers them in parallel). One call
+for the whole limit at a time left the server idle while the worker ran the batch and the
+worker idle while the server fetched the next: 0.74-0.78 of the raw dequeue+ack rate on SQLite
+against 1.4-1.5 with the split (scripts/bench_ceilings.py's worker line, a loaded machine).
+Halves rather than quarters: calls of 250 cost MariaDB ~25% more CPU per job than calls of
+1000 (10.2 vs 8.3 ms per 100 jobs), calls of 500 about the same (7.9 vs 9.1 for quarters).
+Otherwise (no prefetch, or the queue ran short: an idle worker keeps one long-poll, a
+rate-limited one one refusal) one call at a time. While a thread is idle a call asks for
+whatever is free; otherwise it waits until at least limit / (2 x calls) is free (capped at
+max_batch), so fast handlers get big batches instead of a call per finished job.
 
 Pure arithmetic, no clock or threads of its own (the Worker passes times in), so it is tested
 without sleeping.
@@ -111,16 +117,23 @@ class SlotController:
         return self.threads + self.prefetch(longest_running)
 
     def dequeue_size(
-        self, held: int, max_batch: int, longest_running: float = 0.0, in_flight: int = 0
+        self,
+        held: int,
+        max_batch: int,
+        longest_running: float = 0.0,
+        in_flight: int = 0,
+        pipelined: bool = True,
     ) -> int:
         """How many jobs to ask for now, holding `held` (jobs in hand plus those asked for by
-        the `in_flight` dequeue calls); 0 means wait for more to finish."""
+        the `in_flight` dequeue calls); 0 means wait for more to finish. `pipelined`: the last
+        call came back full (a backlog), so several calls may overlap."""
         prefetch = self.prefetch(longest_running)
-        calls = self.max_dequeues if prefetch else 1
+        calls = self.max_dequeues if prefetch and pipelined else 1
         if in_flight >= calls:
             return 0
         limit = self.threads + prefetch
-        free = min(limit - held, max_batch)
+        per_call = math.ceil(limit / 2) if calls > 1 else limit  # overlap: half each
+        free = min(limit - held, max_batch, per_call)
         if free <= 0:
             return 0
         if held < self.threads:

@@ -1,6 +1,7 @@
 """The Worker with every option at its default against a real server on every backend: a fast
-handler is fed in big batches (few calls for many jobs), a slow one runs on exactly the default
-threads and holds no more jobs than them. What the defaults promise is in the README ("How many
+handler is fed in big batches (few calls for many jobs, overlapping while there is a backlog),
+a slow one runs on exactly the default threads and holds no more jobs than them, and an idle
+worker keeps a single long-poll call. What the defaults promise is in the README ("How many
 jobs a worker holds"); the throughput they reach is scripts/bench_ceilings.py's worker line."""
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def test_defaults_feed_a_no_op_handler_in_big_batches(client):
     assert client.asked[0] == DEFAULT_THREADS  # nothing measured yet: one job per thread
     assert max(client.asked) >= 500
     assert len(client.asked) < 60  # not 1250 calls of 4
+    assert client.most_at_once >= 2  # a backlog: calls overlap (worker_sdk/slots.py)
     stats = worker.stats()
     assert (stats.succeeded, stats.acks_sent, stats.in_flight) == (5000, 5000, 0)
 
@@ -86,3 +88,22 @@ def test_defaults_run_a_slow_handler_on_exactly_the_default_threads(client):
     assert peak[0] == DEFAULT_THREADS
     assert max(held) <= DEFAULT_THREADS
     assert all(1 <= n <= DEFAULT_THREADS for n in client.asked)
+
+
+def test_defaults_keep_one_long_poll_on_a_queue_that_went_idle(client):
+    queue = _queue(client, 2000)  # a backlog first: prefetching, calls overlapping
+    worker = Worker(client, queue, lambda job: None)
+    thread = worker.start()
+    try:
+        wait_for(lambda: client.count(queue, JobState.SUCCEEDED) == 2000, 60)
+        time.sleep(1.5)  # the overlapping calls that found it empty end their long-poll (1 s)
+        with client._lock:
+            client.asked.clear()
+            client.most_at_once = client._at_once
+        time.sleep(2.5)
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert client.most_at_once == 1
+    assert 1 <= len(client.asked) <= 4  # one call held up to long_poll (1 s) at a time

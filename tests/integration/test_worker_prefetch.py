@@ -74,3 +74,14 @@ def test_a_slow_handler_holds_no_more_jobs_than_its_threads(client):
     assert client.most_at_once == 1  # slow handlers: one dequeue call at a time
     # the handler threads, the loop and the dequeue call threads (one call at a time here)
     assert max(threads for _, threads in seen) <= 3 + 1 + MAX_DEQUEUES
+
+
+def test_batches_capped_at_the_threads_still_overlap_calls_on_a_backlog(client):
+    """max_batch = concurrency (a full call is then no bigger than the threads): a backlog
+    still gets overlapping calls once the worker prefetches."""
+    client.create_queue("capped")
+    client.enqueue("capped", [b"x"] * 1000)
+    worker = Worker(client, "capped", lambda job: None, concurrency=8, max_batch=8)
+    _drain(worker, lambda: client.count("capped", JobState.SUCCEEDED) == 1000)
+    assert max(client.asked) == 8
+    assert client.most_at_once >= 2

@@ -20,7 +20,9 @@ def test_fast_handlers_prefetch_up_to_max_prefetch_in_big_batches():
     slots = SlotController(4, max_prefetch=1000, prefetch_wait=0.05, max_dequeues=4)
     slots.handler_finished(0.00002)
     assert slots.limit() == 4 + 1000
-    assert slots.dequeue_size(held=0, max_batch=1000) == 1000
+    assert slots.dequeue_size(held=0, max_batch=1000, pipelined=False) == 1000
+    # from a backlog each of the overlapping calls asks for at most half the limit
+    assert slots.dequeue_size(held=0, max_batch=1000) == 502
     # threads busy, 900 held or asked for: 104 free is under limit / (2 x 4 calls) = 126, so
     # wait for a bigger batch; 126 and more are worth a call
     assert slots.dequeue_size(held=900, max_batch=1000, in_flight=1) == 0
@@ -33,8 +35,11 @@ def test_up_to_max_dequeues_calls_overlap_while_prefetching_one_otherwise():
     assert slots.dequeue_size(held=1, max_batch=1000, in_flight=0) == 3
     assert slots.dequeue_size(held=1, max_batch=1000, in_flight=1) == 0  # no prefetch: one call
     slots.handler_finished(0.00002)
-    assert slots.dequeue_size(held=300, max_batch=1000, in_flight=3) == 704
+    assert slots.dequeue_size(held=300, max_batch=1000, in_flight=3) == 502
     assert slots.dequeue_size(held=300, max_batch=1000, in_flight=4) == 0
+    # the last call came back short (no backlog): one call at a time, for all that is free
+    assert slots.dequeue_size(held=300, max_batch=1000, in_flight=1, pipelined=False) == 0
+    assert slots.dequeue_size(held=300, max_batch=1000, in_flight=0, pipelined=False) == 704
 
 
 def test_prefetch_is_what_the_threads_start_within_prefetch_wait():
