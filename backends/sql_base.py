@@ -95,6 +95,10 @@ KEY_STATS_STEP = 50
 #: `:inline` when no budget bounds a call: every body is read by the first select
 _ALL_INLINE = 2**62
 _NO_ID = -1  # padding id: no job has it
+#: the claim a new job is stored with where the dialect reserves the claim's room at enqueue
+#: (`SQLShard.claim_room`); never a real claim (those have ':' after the token) and read back
+#: as no claim
+CLAIM_ROOM = "-" * 64
 _TOP = 2**63 - 1  # scan bound meaning "from the top"
 
 
@@ -276,7 +280,7 @@ def _record(row: Sequence[Any], priority: int, body_size: int | None = None) -> 
         created_at_ms=created,
         run_after_ms=run_after,
         updated_at_ms=updated,
-        claim=claim,
+        claim=None if claim == CLAIM_ROOM else claim,
         body=body,
         body_size=body_size,
     )
@@ -304,6 +308,9 @@ class SQLShard(Shard):
     #: with round trips to save joins many (SQLite would allow 500 terms), an in-process one
     #: gains nothing and pays for big statements in prepare time and statement-cache memory
     stats_tables_per_statement: int = 1
+    #: what enqueue stores as a new job's claim: None (NULL), or CLAIM_ROOM where a claim that
+    #: grows the row costs the storage more than the room does (MySQL: see mysql.py)
+    claim_room: str | None = None
 
     # ---- dialect hooks ----
     @abc.abstractmethod
@@ -520,6 +527,7 @@ class SQLShard(Shard):
                     "status": truncate_status(job.custom_status, cap),
                     "run_after": job.run_after_ms,  # None: now (the query's COALESCE)
                     "body": bytes(job.body),
+                    "unclaimed": self.claim_room,
                 }
             )
         return rows

@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 BATCH = 100
 #: performance_schema timers are picoseconds
@@ -58,7 +57,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 def child(port: int, queue: str, jobs: int, threads: int) -> None:
-    """Fill `queue`, say "ready", wait for a line on stdin, drain it, print a JSON report."""
+    """Fill `queue`, say "ready", wait for a line on stdin, drain it, print a JSON report.
+    Imports the shard from the child's PYTHONPATH (the tree being measured)."""
     from backends.mysql import MySQLBackend
     from pinlater.storage.claims import new_claim
     from pinlater.storage.contract import StorageLimits
@@ -174,6 +174,7 @@ def main() -> int:
     if args.child:
         child(int(args.child[0]), args.child[1], args.jobs, args.threads)
         return 0
+    sys.path.insert(0, str(ROOT))  # the parent's own tree (a child imports its PYTHONPATH's)
     from tests.support.mysql_env import running_server
 
     trees = [Path(t).resolve() for t in args.trees]

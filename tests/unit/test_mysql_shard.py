@@ -19,6 +19,7 @@ import pytest
 
 from backends.mysql import DDL_LOCK_WAIT, MySQLBackend, MySQLShard, durability_problems
 from backends.mysql_pool import translate
+from backends.sql_base import CLAIM_ROOM
 from pinlater.common.sections import ConfigError
 from pinlater.errors import QueueNotFound
 from pinlater.storage.claims import new_claim
@@ -145,6 +146,42 @@ def test_the_return_of_expired_reservations_walks_the_reserved_index(shard, queu
     rows = explain(shard, sql, {"now": shard.now_ms(), "limit": 10})
     assert rows[0]["key"] == "reserved"
     assert "filesort" not in (rows[0]["Extra"] or "").lower()
+
+
+def clustered_pages(server, shard, queue) -> int:
+    """Pages of the queue's priority-1 clustered index (all in the buffer pool: a new table)."""
+    name = f"`{shard.database(queue)}`.`jobs_p1`"
+    rows = server.query(
+        "SELECT COUNT(*) FROM information_schema.INNODB_BUFFER_PAGE"
+        " WHERE TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY'",
+        (name,),
+    )
+    return int(rows[0][0])
+
+
+@pytest.mark.parametrize("room", [True, False])
+def test_claims_fit_the_room_reserved_at_enqueue_so_no_page_splits(shard, server, room):
+    """A new job is stored with CLAIM_ROOM as its claim (read back as none), so claiming it
+    rewrites the row in place; without the room every claim grows its row and the clustered
+    index splits its packed pages (what made claims the dearest statement, mysql.py)."""
+    if not room:
+        shard.claim_room = None
+    queue = f"q{next(_names)}"
+    shard.create_queue(queue)
+    try:
+        ids = enqueue(shard, queue, *[b"x" * 100] * 500) + enqueue(shard, queue, *[b"y"] * 500)
+        stored = server.query(f"SELECT DISTINCT claim FROM `{shard.database(queue)}`.jobs_p1")
+        assert stored == [(CLAIM_ROOM if room else None,)]
+        assert [r.claim for r in shard.lookup(queue, [(1, ids[0])], False)] == [None]
+        pages = clustered_pages(server, shard, queue)
+        claimed = [j for _ in range(10) for j in shard.dequeue(queue, 1, 100, new_claim(SOURCE))]
+        assert len(claimed) == 1000
+        grown = clustered_pages(server, shard, queue) - pages
+        assert (grown <= 0) if room else (grown > 0), (pages, grown)
+        looked_up = shard.lookup(queue, [(1, ids[0])], False)[0]
+        assert looked_up.claim == claimed[0].claim
+    finally:
+        shard.delete_queue(queue)
 
 
 # ---------------------------------------------------------------- concurrency
