@@ -311,6 +311,10 @@ class SQLShard(Shard):
     #: what enqueue stores as a new job's claim: None (NULL), or CLAIM_ROOM where a claim that
     #: grows the row costs the storage more than the room does (MySQL: see mysql.py)
     claim_room: str | None = None
+    #: empty: a claim selects and locks its rows with one dequeue_select; else a claim reads
+    #: `limit` times each of these candidates without locks, window after window, and locks
+    #: only the rows it takes (`_claim_eligible`, the dialect's claim_select)
+    claim_windows: tuple[int, ...] = ()
 
     # ---- dialect hooks ----
     @abc.abstractmethod
@@ -591,10 +595,10 @@ class SQLShard(Shard):
         """dequeue (hold_ms None) and prefetch (reserved for hold_ms)."""
         with self._read() if claim is None else self._write() as cur:
             table = self._job_table(cur, queue, priority)
-            lock = "" if claim is None else self._claim_lock(cur)
-            rows = _fitting(self._eligible(cur, table, limit, budget, lock), budget)
-            if claim is not None:
-                self._claim(cur, table, rows, claim, hold_ms)
+            if claim is None:
+                rows = _fitting(self._eligible(cur, table, limit, budget, ""), budget)
+            else:
+                rows = self._claim_eligible(cur, table, limit, budget, claim, hold_ms)
             rows = self._with_bodies(cur, table, rows)
             if claim is not None:
                 self._book(cur, queue, dequeued=len(rows))
@@ -683,14 +687,57 @@ class SQLShard(Shard):
         return None if earliest is None else max(0, earliest - now)
 
     def _eligible(
-        self, cur: Any, table: tuple[str, ...], limit: int, budget: ByteBudget | None, lock: str
+        self,
+        cur: Any,
+        table: tuple[str, ...],
+        limit: int,
+        budget: ByteBudget | None,
+        lock: str,
+        query: str = "dequeue_select",
+        **params: Any,
     ) -> list:
-        """dequeue_select: (local_id, body or None when longer than the inline size, body
-        length, allowed, remaining, now) of up to `limit` eligible jobs in dequeue order, under
-        the lock clause `lock` (a claim's rows)."""
+        """dequeue_select (or `query`, of the same columns, with `params`): (local_id, body or
+        None when longer than the inline size, body length, allowed, remaining, now) of up to
+        `limit` eligible jobs in dequeue order, under the lock clause `lock` (a claim's rows)."""
         clock, clocked = self._now_params(cur, True)
-        params = {**clock, "limit": limit, "inline": _inline_size(limit, budget)}
-        return self._run(cur, "dequeue_select", table, params, clocked, lock).fetchall()
+        params.update(clock, limit=limit, inline=_inline_size(limit, budget))
+        return self._run(cur, query, table, params, clocked, lock).fetchall()
+
+    def _claim_eligible(
+        self,
+        cur: Any,
+        table: tuple[str, ...],
+        limit: int,
+        budget: ByteBudget | None,
+        claim: str,
+        hold_ms: int | None,
+    ) -> Sequence:
+        """Claim (`_claim`, reserved for `hold_ms` if given) up to `limit` eligible jobs that
+        fit `budget`; the rows claimed. Without
+        `claim_windows`, one dequeue_select under the claim lock; else one claim_select per
+        window (candidates read without locks, only the rows taken locked, by primary key)
+        until the claim is full or cut by the budget: a later, wider window reaches past the
+        candidates other dequeuers hold (each window's rows in dequeue order)."""
+        lock = self._claim_lock(cur)
+        if not self.claim_windows:
+            rows = _fitting(self._eligible(cur, table, limit, budget, lock), budget)
+            self._claim(cur, table, rows, claim, hold_ms)
+            return rows
+        taken: list = []
+        left = budget
+        for window in self.claim_windows:
+            want = limit - len(taken)
+            found = self._eligible(
+                cur, table, want, left, lock, "claim_select", candidates=limit * window
+            )
+            rows = _fitting(found, left)
+            self._claim(cur, table, rows, claim, hold_ms)
+            taken += rows
+            if len(rows) < len(found) or len(taken) >= limit:
+                break
+            if left is not None:
+                left = left.spent(len(rows), sum(r[2] for r in rows))
+        return taken
 
     def _claim(
         self,

@@ -121,6 +121,34 @@ def test_dequeue_select_walks_the_ready_index_without_filesort(shard, queue):
         assert "filesort" not in (row["Extra"] or "").lower()
 
 
+def test_claim_select_walks_the_ready_index_unlocked_and_locks_by_primary_key(shard, queue):
+    enqueue(shard, queue, *[b"x"] * 200)
+    sql = shard._sql("claim_select", shard._job_table(None, queue, 1), lock=shard.dialect.row_lock)
+    params = {"now": shard.now_ms(), "limit": 100, "inline": 1024, "candidates": 400}
+    plan = explain(shard, sql, params)
+    assert [(row["table"], row["key"]) for row in plan] == [
+        ("<derived2>", None),
+        ("j", "PRIMARY"),
+        ("jobs_p1", "ready"),
+    ]
+    assert plan[1]["type"] == "eq_ref"
+    assert "filesort" not in (plan[2]["Extra"] or "").lower()
+
+
+def test_a_claim_locks_only_the_rows_it_takes(shard, queue, server):
+    """The candidates past the rows taken stay free for other dequeuers: a claim of 10 out of
+    its 40 candidates leaves 190 jobs another dequeuer can take at once (SKIP LOCKED)."""
+    enqueue(shard, queue, *[b"x"] * 200)
+    first, second = new_claim(SOURCE), new_claim(SOURCE)
+    with shard._write() as cur:
+        table = shard._job_table(cur, queue, 1)
+        taken = shard._claim_eligible(cur, table, 10, None, first, None)
+        assert len(taken) == 10
+        others = shard.dequeue(queue, 1, 1000, second)
+    assert len(others) == 190
+    assert not {r[0] for r in taken} & {j.local_id for j in others}
+
+
 @pytest.mark.parametrize(
     "name, params",
     [
