@@ -95,6 +95,10 @@ KEY_STATS_STEP = 50
 #: `:inline` when no budget bounds a call: every body is read by the first select
 _ALL_INLINE = 2**62
 _NO_ID = -1  # padding id: no job has it
+#: the claim a new job is stored with where the dialect reserves the claim's room at enqueue
+#: (`SQLShard.claim_room`); never a real claim (those have ':' after the token) and read back
+#: as no claim
+CLAIM_ROOM = "-" * 64
 _TOP = 2**63 - 1  # scan bound meaning "from the top"
 
 
@@ -276,7 +280,7 @@ def _record(row: Sequence[Any], priority: int, body_size: int | None = None) -> 
         created_at_ms=created,
         run_after_ms=run_after,
         updated_at_ms=updated,
-        claim=claim,
+        claim=None if claim == CLAIM_ROOM else claim,
         body=body,
         body_size=body_size,
     )
@@ -304,6 +308,13 @@ class SQLShard(Shard):
     #: with round trips to save joins many (SQLite would allow 500 terms), an in-process one
     #: gains nothing and pays for big statements in prepare time and statement-cache memory
     stats_tables_per_statement: int = 1
+    #: what enqueue stores as a new job's claim: None (NULL), or CLAIM_ROOM where a claim that
+    #: grows the row costs the storage more than the room does (MySQL: see mysql.py)
+    claim_room: str | None = None
+    #: empty: a claim selects and locks its rows with one dequeue_select; else a claim reads
+    #: `limit` times each of these candidates without locks, window after window, and locks
+    #: only the rows it takes (`_claim_eligible`, the dialect's claim_select)
+    claim_windows: tuple[int, ...] = ()
 
     # ---- dialect hooks ----
     @abc.abstractmethod
@@ -520,6 +531,7 @@ class SQLShard(Shard):
                     "status": truncate_status(job.custom_status, cap),
                     "run_after": job.run_after_ms,  # None: now (the query's COALESCE)
                     "body": bytes(job.body),
+                    "unclaimed": self.claim_room,
                 }
             )
         return rows
@@ -583,10 +595,10 @@ class SQLShard(Shard):
         """dequeue (hold_ms None) and prefetch (reserved for hold_ms)."""
         with self._read() if claim is None else self._write() as cur:
             table = self._job_table(cur, queue, priority)
-            lock = "" if claim is None else self._claim_lock(cur)
-            rows = _fitting(self._eligible(cur, table, limit, budget, lock), budget)
-            if claim is not None:
-                self._claim(cur, table, rows, claim, hold_ms)
+            if claim is None:
+                rows = _fitting(self._eligible(cur, table, limit, budget, ""), budget)
+            else:
+                rows = self._claim_eligible(cur, table, limit, budget, claim, hold_ms)
             rows = self._with_bodies(cur, table, rows)
             if claim is not None:
                 self._book(cur, queue, dequeued=len(rows))
@@ -675,14 +687,57 @@ class SQLShard(Shard):
         return None if earliest is None else max(0, earliest - now)
 
     def _eligible(
-        self, cur: Any, table: tuple[str, ...], limit: int, budget: ByteBudget | None, lock: str
+        self,
+        cur: Any,
+        table: tuple[str, ...],
+        limit: int,
+        budget: ByteBudget | None,
+        lock: str,
+        query: str = "dequeue_select",
+        **params: Any,
     ) -> list:
-        """dequeue_select: (local_id, body or None when longer than the inline size, body
-        length, allowed, remaining, now) of up to `limit` eligible jobs in dequeue order, under
-        the lock clause `lock` (a claim's rows)."""
+        """dequeue_select (or `query`, of the same columns, with `params`): (local_id, body or
+        None when longer than the inline size, body length, allowed, remaining, now) of up to
+        `limit` eligible jobs in dequeue order, under the lock clause `lock` (a claim's rows)."""
         clock, clocked = self._now_params(cur, True)
-        params = {**clock, "limit": limit, "inline": _inline_size(limit, budget)}
-        return self._run(cur, "dequeue_select", table, params, clocked, lock).fetchall()
+        params.update(clock, limit=limit, inline=_inline_size(limit, budget))
+        return self._run(cur, query, table, params, clocked, lock).fetchall()
+
+    def _claim_eligible(
+        self,
+        cur: Any,
+        table: tuple[str, ...],
+        limit: int,
+        budget: ByteBudget | None,
+        claim: str,
+        hold_ms: int | None,
+    ) -> Sequence:
+        """Claim (`_claim`, reserved for `hold_ms` if given) up to `limit` eligible jobs that
+        fit `budget`; the rows claimed. Without
+        `claim_windows`, one dequeue_select under the claim lock; else one claim_select per
+        window (candidates read without locks, only the rows taken locked, by primary key)
+        until the claim is full or cut by the budget: a later, wider window reaches past the
+        candidates other dequeuers hold (each window's rows in dequeue order)."""
+        lock = self._claim_lock(cur)
+        if not self.claim_windows:
+            rows = _fitting(self._eligible(cur, table, limit, budget, lock), budget)
+            self._claim(cur, table, rows, claim, hold_ms)
+            return rows
+        taken: list = []
+        left = budget
+        for window in self.claim_windows:
+            want = limit - len(taken)
+            found = self._eligible(
+                cur, table, want, left, lock, "claim_select", candidates=limit * window
+            )
+            rows = _fitting(found, left)
+            self._claim(cur, table, rows, claim, hold_ms)
+            taken += rows
+            if len(rows) < len(found) or len(taken) >= limit:
+                break
+            if left is not None:
+                left = left.spent(len(rows), sum(r[2] for r in rows))
+        return taken
 
     def _claim(
         self,

@@ -36,7 +36,10 @@ measured the client. The client's CPU is reported separately ("client") either w
 
 With `--base CHECKOUT` every backend gets a second server running that checkout's code on
 its own storage, measured in the same rounds (labelled `<backend>-base`): before/after figures
-from one run.
+from one run. Only that server runs the checkout's code: the `-base` ceiling drives the
+storage with this checkout's code (for MySQL, replays this checkout's statements), so a
+storage change shows in the server sides and the storage CPU of the two rigs, not in their
+ceilings.
 
 The two sides alternate which goes first (A/B, B/A) so that the shared machine's noise hits
 both alike; the ratios (server / ceiling, worker / raw) are taken per round and their median,

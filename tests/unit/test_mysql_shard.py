@@ -19,6 +19,7 @@ import pytest
 
 from backends.mysql import DDL_LOCK_WAIT, MySQLBackend, MySQLShard, durability_problems
 from backends.mysql_pool import translate
+from backends.sql_base import CLAIM_ROOM
 from pinlater.common.sections import ConfigError
 from pinlater.errors import QueueNotFound
 from pinlater.storage.claims import new_claim
@@ -120,6 +121,34 @@ def test_dequeue_select_walks_the_ready_index_without_filesort(shard, queue):
         assert "filesort" not in (row["Extra"] or "").lower()
 
 
+def test_claim_select_walks_the_ready_index_unlocked_and_locks_by_primary_key(shard, queue):
+    enqueue(shard, queue, *[b"x"] * 200)
+    sql = shard._sql("claim_select", shard._job_table(None, queue, 1), lock=shard.dialect.row_lock)
+    params = {"now": shard.now_ms(), "limit": 100, "inline": 1024, "candidates": 400}
+    plan = explain(shard, sql, params)
+    assert [(row["table"], row["key"]) for row in plan] == [
+        ("<derived2>", None),
+        ("j", "PRIMARY"),
+        ("jobs_p1", "ready"),
+    ]
+    assert plan[1]["type"] == "eq_ref"
+    assert "filesort" not in (plan[2]["Extra"] or "").lower()
+
+
+def test_a_claim_locks_only_the_rows_it_takes(shard, queue, server):
+    """The candidates past the rows taken stay free for other dequeuers: a claim of 10 out of
+    its 40 candidates leaves 190 jobs another dequeuer can take at once (SKIP LOCKED)."""
+    enqueue(shard, queue, *[b"x"] * 200)
+    first, second = new_claim(SOURCE), new_claim(SOURCE)
+    with shard._write() as cur:
+        table = shard._job_table(cur, queue, 1)
+        taken = shard._claim_eligible(cur, table, 10, None, first, None)
+        assert len(taken) == 10
+        others = shard.dequeue(queue, 1, 1000, second)
+    assert len(others) == 190
+    assert not {r[0] for r in taken} & {j.local_id for j in others}
+
+
 @pytest.mark.parametrize(
     "name, params",
     [
@@ -145,6 +174,42 @@ def test_the_return_of_expired_reservations_walks_the_reserved_index(shard, queu
     rows = explain(shard, sql, {"now": shard.now_ms(), "limit": 10})
     assert rows[0]["key"] == "reserved"
     assert "filesort" not in (rows[0]["Extra"] or "").lower()
+
+
+def clustered_pages(server, shard, queue) -> int:
+    """Pages of the queue's priority-1 clustered index (all in the buffer pool: a new table)."""
+    name = f"`{shard.database(queue)}`.`jobs_p1`"
+    rows = server.query(
+        "SELECT COUNT(*) FROM information_schema.INNODB_BUFFER_PAGE"
+        " WHERE TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY'",
+        (name,),
+    )
+    return int(rows[0][0])
+
+
+@pytest.mark.parametrize("room", [True, False])
+def test_claims_fit_the_room_reserved_at_enqueue_so_no_page_splits(shard, server, room):
+    """A new job is stored with CLAIM_ROOM as its claim (read back as none), so claiming it
+    rewrites the row in place; without the room every claim grows its row and the clustered
+    index splits its packed pages (what made claims the dearest statement, mysql.py)."""
+    if not room:
+        shard.claim_room = None
+    queue = f"q{next(_names)}"
+    shard.create_queue(queue)
+    try:
+        ids = enqueue(shard, queue, *[b"x" * 100] * 500) + enqueue(shard, queue, *[b"y"] * 500)
+        stored = server.query(f"SELECT DISTINCT claim FROM `{shard.database(queue)}`.jobs_p1")
+        assert stored == [(CLAIM_ROOM if room else None,)]
+        assert [r.claim for r in shard.lookup(queue, [(1, ids[0])], False)] == [None]
+        pages = clustered_pages(server, shard, queue)
+        claimed = [j for _ in range(10) for j in shard.dequeue(queue, 1, 100, new_claim(SOURCE))]
+        assert len(claimed) == 1000
+        grown = clustered_pages(server, shard, queue) - pages
+        assert (grown <= 0) if room else (grown > 0), (pages, grown)
+        looked_up = shard.lookup(queue, [(1, ids[0])], False)[0]
+        assert looked_up.claim == claimed[0].claim
+    finally:
+        shard.delete_queue(queue)
 
 
 # ---------------------------------------------------------------- concurrency

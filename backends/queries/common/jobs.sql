@@ -13,11 +13,13 @@
 
 -- name: enqueue_insert
 -- Store one new PENDING job; a NULL :run_after means now (the dialect's `_insert_jobs` sends
--- the rows and reads their ids back).
+-- the rows and reads their ids back). :unclaimed is NULL, or the room a dialect reserves for
+-- the claim (sql_base.CLAIM_ROOM, read back as no claim).
 INSERT INTO {table}
     (state, claim, attempts_allowed, attempts_remaining, custom_status,
      created_at, updated_at, run_after, body)
-VALUES (0, NULL, :attempts, :attempts, :status, :now, :now, COALESCE(:run_after, :now), :body)
+VALUES (0, :unclaimed, :attempts, :attempts, :status, :now, :now, COALESCE(:run_after, :now),
+        :body)
 
 -- name: claim_by_ids
 -- Move the PENDING jobs just selected by dequeue_select to IN_PROGRESS under one claim; a

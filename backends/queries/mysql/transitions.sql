@@ -15,20 +15,42 @@
 -- which 'worker:host1 ' would equal 'worker:host1' (fencing is exact equality, semantics.md).
 
 -- name: dequeue_select
--- Eligible PENDING jobs, oldest run_after first then by id, and the time they were judged by.
--- For a claim {lock} is FOR UPDATE SKIP LOCKED: the rows stay locked for the claim_by_ids
--- that follows in the same transaction, and rows another dequeuer holds are skipped, never
--- waited for (servers without SKIP LOCKED: FOR UPDATE, concurrent dequeuers wait for each
--- other's commit instead); for a dry run it is empty. ORDER BY must be the `ready` index
--- order: ordering by anything else makes InnoDB filesort and lock every candidate, starving
--- concurrent dequeuers. Run with the statement clock (sql_base.py): the `now` column hands
--- the claim the very time eligibility was judged by, so the clock costs no round trip of its
--- own. The body only when at most :inline bytes long (its length always).
+-- Eligible PENDING jobs, oldest run_after first then by id, and the time they were judged by:
+-- a dry run's (claims use claim_select). Under a {lock} of FOR UPDATE SKIP LOCKED the rows
+-- would stay locked for a claim_by_ids in the same transaction, and rows another dequeuer
+-- holds would be skipped (servers without SKIP LOCKED: FOR UPDATE, waited for). ORDER BY
+-- must be the `ready` index order: ordering by anything else makes InnoDB filesort (and a
+-- locking read lock every candidate). Run with the statement clock (sql_base.py): the `now`
+-- column hands a claim the very time eligibility was judged by, so the clock costs no round
+-- trip of its own. The body only when at most :inline bytes long (its length always).
 SELECT local_id, CASE WHEN LENGTH(body) <= :inline THEN body END AS body, LENGTH(body),
        attempts_allowed, attempts_remaining, :now AS now
 FROM {table} FORCE INDEX (ready)
 WHERE state = 0 AND run_after <= :now
 ORDER BY state, run_after, local_id
+LIMIT :limit
+{lock}
+
+-- name: claim_select
+-- What a claim selects first (mysql.py MySQLShard._claim_eligible): dequeue_select's rows,
+-- but the index walk reads the first :candidates eligible ids without locks (a derived
+-- table), and only the rows taken are locked, through the primary key, in that order: a
+-- locking read of the `ready` index made InnoDB check every entry it passed for implicit
+-- locks (a clustered-record and undo lookup each), MariaDB's dearest statement of a claim. A
+-- candidate another dequeuer holds is skipped ({lock} SKIP LOCKED), one claimed and committed
+-- since the walk no longer passes `state = 0`; a claim left short reads a wider window next
+-- (its own claimed rows are no candidates then). STRAIGHT_JOIN and ORDER BY on the
+-- candidates' columns keep their order (a sort of the candidates, then the joins up to
+-- :limit, which stop there: rows past it are neither read nor locked).
+SELECT j.local_id, CASE WHEN LENGTH(j.body) <= :inline THEN j.body END AS body,
+       LENGTH(j.body), j.attempts_allowed, j.attempts_remaining, :now AS now
+FROM (SELECT local_id, run_after FROM {table} FORCE INDEX (ready)
+      WHERE state = 0 AND run_after <= :now
+      ORDER BY state, run_after, local_id
+      LIMIT :candidates) AS c
+STRAIGHT_JOIN {table} AS j ON j.local_id = c.local_id
+WHERE j.state = 0 AND j.run_after <= :now
+ORDER BY c.run_after, c.local_id
 LIMIT :limit
 {lock}
 
