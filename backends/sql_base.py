@@ -842,13 +842,23 @@ class SQLShard(Shard):
                     break
                 table = self._job_table(cur, queue, priority)
                 if body_filter is None:
-                    params = {"state": int(state), "now": now, "cap": cap - total}
-                    name = "count_future" if future else "count_current"
-                    total += self._run(cur, name, table, params).fetchone()[0]
+                    total += self._count_shown(cur, table, state, future, now, cap - total)
                 else:
                     window = _ScanWindow(table, priority, state, future, now)
                     matches = self._matching(cur, window, None, body_filter, cap - total)
                     total += sum(1 for _ in matches)
+        return min(total, cap)
+
+    def _count_shown(
+        self, cur: Any, table: tuple[str, ...], state: JobState, future: bool, now: int, cap: int
+    ) -> int:
+        """Jobs of one table in `state` as reads show them: a reserved job (IN_PROGRESS in
+        storage) counts as PENDING (S-prefetch), up to `cap`."""
+        name = "count_future" if future else "count_current"
+        total = 0
+        for stored, reserved in _SHOWN_AS[state]:
+            params = {"state": int(stored), "reserved": reserved, "now": now, "cap": cap - total}
+            total += self._run(cur, name, table, params).fetchone()[0]
         return min(total, cap)
 
     def queue_stats(self, queues: Sequence[str], cap: int) -> dict[str, QueueStats]:
@@ -875,8 +885,8 @@ class SQLShard(Shard):
             for chunk, rows in self._union_rows(cur, query, job_tables, params):
                 for row in rows:
                     queue, priority, _ = chunk[row[0]]
-                    values = row[1:] if cap else (0,) * 8 + tuple(row[1:])  # ages: no counts
-                    _add_table_stats(stats[queue], priority, values)
+                    values = row[1:] if cap else (0,) * 8 + tuple(row[1:]) + (0, 0)  # ages
+                    _add_table_stats(stats[queue], priority, values, cap)
             key_tables = [(q, t) for q, (_, t) in layout.items() if t is not None]
             firsts = {
                 chunk[row[0]][0]: row[1]
@@ -941,16 +951,17 @@ class SQLShard(Shard):
         """Up to `size` rows of the window strictly after `bound` (None: from the top) in
         (run_after DESC, local_id DESC) order; bodies only `with_body`."""
         ra, last = (_TOP, _TOP) if bound is None else (bound.run_after_ms, bound.local_id)
-        params = {
-            "state": int(window.state),
-            "now": window.now,
-            "ra": ra,
-            "id": last,
-            "limit": size,
-            "with_body": int(with_body),
-        }
+        params = {"now": window.now, "ra": ra, "id": last, "limit": size}
+        params["with_body"] = int(with_body)
         name = "scan_future" if window.future else "scan_current"
-        return self._run(cur, name, window.table, params).fetchall()
+        rows: list = []
+        for stored, reserved in _SHOWN_AS[window.state]:  # PENDING: two pages, merged
+            found = self._run(
+                cur, name, window.table, {**params, "state": int(stored), "reserved": reserved}
+            )
+            rows.extend(found.fetchall())
+        rows.sort(key=lambda row: (row[6], row[0]), reverse=True)
+        return rows[:size]
 
     def _matching(
         self,
@@ -1183,15 +1194,29 @@ class SQLShard(Shard):
 StatsTables = tuple[dict[int, tuple[str, ...]], tuple[str, ...] | None]
 
 
+#: per state a read asks for, the (stored state, reserved) pairs it shows as that state: a
+#: reserved job is IN_PROGRESS in storage but PENDING to every read (S-prefetch)
+_SHOWN_AS: dict[JobState, tuple[tuple[JobState, int], ...]] = {
+    JobState.PENDING: ((JobState.PENDING, 0), (JobState.IN_PROGRESS, 1)),
+    JobState.IN_PROGRESS: ((JobState.IN_PROGRESS, 0),),
+    JobState.SUCCEEDED: ((JobState.SUCCEEDED, 0),),
+    JobState.FAILED: ((JobState.FAILED, 0),),
+}
+
+
 def _zero_counts(levels: int) -> dict[tuple[int, JobState, bool], int]:
     return {(p, st, fu): 0 for p in range(1, levels + 1) for st in JobState for fu in (False, True)}
 
 
-def _add_table_stats(stats: QueueStats, priority: int, values: Sequence[Any]) -> None:
-    """One `table_stats` row (after its part number) into `stats`."""
+def _add_table_stats(stats: QueueStats, priority: int, values: Sequence[Any], cap: int) -> None:
+    """One `table_stats` row (after its part number) into `stats`; reserved jobs (its last two
+    values, due and future) count as PENDING, as every read shows them (S-prefetch)."""
     for i, state in enumerate(JobState):
         stats.counts[(priority, state, False)] = int(values[2 * i])
         stats.counts[(priority, state, True)] = int(values[2 * i + 1])
+    for future, reserved in ((False, values[12]), (True, values[13])):
+        key = (priority, JobState.PENDING, future)
+        stats.counts[key] = min(stats.counts[key] + int(reserved), cap)
     for state, oldest in zip(AGED_STATES, values[8:11], strict=True):
         if oldest is not None:
             stats.oldest_update[(priority, state)] = int(oldest)

@@ -47,21 +47,42 @@ def prefetch_reserves_in_dequeue_order_using_no_attempt(kit: Kit) -> None:
     kit.enqueue(b"second", run_after_ms=now - 10, attempts_allowed=3)
     kit.enqueue(b"first", run_after_ms=now - 20, attempts_allowed=3)
     kit.enqueue(b"p2", priority=2)
-    with kit.timed() as window:
-        jobs = prefetch(kit)
+    jobs = prefetch(kit)
     assert [(j.local_id, j.body) for j in jobs] == [(3, b"first"), (2, b"second")]
     assert {j.claim for j in jobs} == {jobs[0].claim} and jobs[0].claim is not None
     assert [(j.attempts_allowed, j.attempts_remaining) for j in jobs] == [(3, 3)] * 2
-    for record in kit.records([2, 3]):
-        assert (record.state, record.claim, record.attempts_remaining) == (
-            IN_PROGRESS,
-            jobs[0].claim,
-            3,
-        )
-        assert window.holds(record.updated_at_ms)
     assert kit.dequeue() == [] and kit.dry_run() == []  # reserved jobs are claimed
     assert [j.body for j in prefetch(kit, priority=2)] == [b"p2"]
-    assert kit.count(IN_PROGRESS) == 2 and kit.count(PENDING, future=True) == 1
+    assert kit.count(PENDING, future=True) == 1
+
+
+@check(rule="S-prefetch")
+def reads_show_a_reserved_job_as_pending_without_a_claim(kit: Kit) -> None:
+    now = kit.shard.now_ms()
+    kit.enqueue(b"old", run_after_ms=now - 30, attempts_allowed=3)
+    kit.enqueue(b"mid", run_after_ms=now - 20)
+    kit.enqueue(b"new", run_after_ms=now - 10)
+    (taken,) = kit.dequeue(1)
+    with kit.timed() as window:
+        jobs = prefetch(kit, limit=1)
+    assert [j.body for j in jobs] == [b"mid"]
+    record = kit.record(2)
+    assert (record.state, record.claim) == (PENDING, None)
+    assert record.attempts_remaining == record.attempts_allowed
+    assert window.holds(record.updated_at_ms)
+    assert [(r.local_id, r.state, r.claim) for r in kit.scan(PENDING)] == [
+        (3, PENDING, None),
+        (2, PENDING, None),
+    ]
+    assert [(r.local_id, r.claim) for r in kit.scan(IN_PROGRESS)] == [(1, taken.claim)]
+    assert [r.local_id for r in kit.scan(PENDING, limit=1)] == [3]
+    assert [r.local_id for r in kit.scan(PENDING, body_filter=lambda b: b == b"mid")] == [2]
+    assert (kit.count(PENDING), kit.count(IN_PROGRESS)) == (2, 1)
+    assert kit.count(PENDING, cap=1) == 1
+    assert kit.count(PENDING, body_filter=lambda b: b == b"mid") == 1
+    stats = kit.shard.queue_stats([QUEUE], 100)[QUEUE]
+    assert (stats.counts[(1, PENDING, False)], stats.counts[(1, IN_PROGRESS, False)]) == (2, 1)
+    assert kit.shard.ledger(QUEUE).states == {PENDING: 2, IN_PROGRESS: 1}
 
 
 @check(rule="S-prefetch")
@@ -101,7 +122,7 @@ def hand_out_may_give_the_jobs_the_requests_own_claim(kit: Kit) -> None:
     jobs = prefetch(kit)
     mine = new_claim(SOURCE)
     assert kit.shard.hand_out(QUEUE, 1, refs(jobs[:1]), mine) == 1
-    assert kit.record(1).claim == mine and kit.record(2).claim == jobs[1].claim
+    assert kit.record(1).claim == mine and kit.record(2).claim is None  # 2: still reserved
     assert claim_source(jobs[1].claim or "") == BROKER
     # an original client (no claim sent back) is matched by the source of the claim it got
     assert kit.ack(succeeded=[Ack(1, 2, by_source())]) == 0
