@@ -314,20 +314,21 @@ local function pl_apply_moves(moves)
   for _, key in ipairs(moves.order.add) do pl_chunked('ZADD', key, moves.add[key]) end
 end
 
--- Return reserved jobs (their metas already parsed: s, aa, ar, ca, ra) to PENDING with
+-- Return reserved jobs (their metas already parsed: s, aa, ar, ca, ra, ua) to PENDING with
 -- nothing used: ra1 -> ra0 (same member: run_after unchanged), the reservation removed, meta
--- {s=0, ua=now, cl=''}. `jobs` is a list of {id19, aa, ar, ca, ra}.
+-- {s=0, ua unchanged (now if not given), cl=''}. `jobs` is a list of {id19, aa, ar, ca, ra, ua}.
 local function pl_return_reserved(qprefix, prio, now_text, jobs)
   if #jobs == 0 then return end
   local moves = pl_index_moves(qprefix)
   local order, metas = {}, {}
   for _, job in ipairs(jobs) do
-    local id19, aa, ar, ca, ra = job[1], job[2], job[3], job[4], job[5]
+    local id19, aa, ar, ca, ra, ua = job[1], job[2], job[3], job[4], job[5], job[6]
     local member = pl_member(tonumber(ra), id19)
     pl_move_unindex(moves, prio, '1', member, id19)
     pl_move_index(moves, prio, '0', member, id19, 0)
     order[#order + 1] = id19
-    metas[id19] = pl_meta('0', aa, ar, ca, ra, now_text, '')
+    -- updated_at as before the reservation, which reads never showed (S-prefetch)
+    metas[id19] = pl_meta('0', aa, ar, ca, ra, ua or now_text, '')
   end
   pl_apply_moves(moves)
   local _, mkey = pl_job_keys(qprefix, prio)

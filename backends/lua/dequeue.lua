@@ -48,7 +48,8 @@ end
 local metas = pl_hmget(mkey, ids)
 local claim = ARGV[6]
 local ua_key, ua_score = pl_ua_index(qprefix, prio, '1'), now
-if ARGV[10] and ARGV[10] ~= '' then
+local reserving = ARGV[10] and ARGV[10] ~= ''
+if reserving then
   ua_key, ua_score = pl_rsv_index(qprefix, prio), now + tonumber(ARGV[10])
 end
 local out, claimed, new_meta = {}, {}, {}
@@ -60,7 +61,8 @@ for i, id19 in ipairs(ids) do
     ua_args[#ua_args + 1] = ua_score
     ua_args[#ua_args + 1] = id19
     claimed[#claimed + 1] = id19
-    new_meta[id19] = pl_meta('1', aa, ar, ca, ra, now_text, claim)
+    -- a prefetch keeps updated_at: reads show a reserved job as it was (S-prefetch)
+    new_meta[id19] = pl_meta('1', aa, ar, ca, ra, reserving and ua or now_text, claim)
     local n = #out
     out[n + 1], out[n + 2], out[n + 3], out[n + 4] = id19, bodies[i] or '', aa, ar
   end

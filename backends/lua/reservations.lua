@@ -27,7 +27,7 @@ local _, mkey = pl_job_keys(qprefix, prio)
 local metas = pl_hmget(mkey, ids)
 local ended, order, new_metas, ua_args, rem = {}, {}, {}, {}, {}
 for i, id19 in ipairs(ids) do
-  local s, aa, ar, ca, ra, _, cl = pl_meta_parse(metas[i])
+  local s, aa, ar, ca, ra, ua, cl = pl_meta_parse(metas[i])
   local held = ARGV[6 + 2 * i]
   if s == '1' and cl == held and not new_metas[id19] and redis.call('ZSCORE', rsv, id19) then
     if hand_out then
@@ -40,7 +40,7 @@ for i, id19 in ipairs(ids) do
       rem[#rem + 1] = id19
     else
       new_metas[id19] = true
-      ended[#ended + 1] = {id19, aa, ar, ca, ra}
+      ended[#ended + 1] = {id19, aa, ar, ca, ra, ua}
     end
   end
 end

@@ -21,9 +21,11 @@ VALUES (0, NULL, :attempts, :attempts, :status, :now, :now, COALESCE(:run_after,
 
 -- name: claim_by_ids
 -- Move the PENDING jobs just selected by dequeue_select to IN_PROGRESS under one claim; a
--- prefetch reserves them until :until (a dequeue's :until is NULL: an ordinary claim).
+-- prefetch reserves them until :until (a dequeue's :until is NULL: an ordinary claim) and
+-- keeps their updated_at: reads show a reserved job as the PENDING job it was (S-prefetch).
 UPDATE {table}
-SET state = 1, claim = :claim, updated_at = :now, reserved_until = :until
+SET state = 1, claim = :claim, reserved_until = :until,
+    updated_at = CASE WHEN :until IS NULL THEN :now ELSE updated_at END
 WHERE local_id IN ({ids}) AND +state = 0
 
 -- name: hand_out_by_ids
@@ -35,9 +37,10 @@ WHERE local_id IN ({ids}) AND +state = 1 AND reserved_until IS NOT NULL AND clai
 
 -- name: release_by_ids
 -- Reserved jobs still held under :claim back to PENDING, nothing used: run_after and
--- attempts unchanged (they keep their place in dequeue order), claim cleared.
+-- attempts unchanged (they keep their place in dequeue order), claim cleared, updated_at
+-- unchanged (the reservation never showed: S-prefetch).
 UPDATE {table}
-SET state = 0, claim = NULL, updated_at = :now, reserved_until = NULL
+SET state = 0, claim = NULL, reserved_until = NULL
 WHERE local_id IN ({ids}) AND +state = 1 AND reserved_until IS NOT NULL AND claim = :claim
 
 -- name: lookup_by_ids
@@ -103,7 +106,7 @@ SELECT {part} AS part,
 -- As table_stats without the counts (`queue_stats` with cap 0, the janitor's read): the oldest
 -- updated_at of IN_PROGRESS, SUCCEEDED and FAILED jobs and the earliest reservation deadline.
 SELECT {part} AS part,
-    (SELECT MIN(updated_at) FROM {table} WHERE state = 1) AS oldest1,
+    (SELECT MIN(updated_at) FROM {table} WHERE state = 1 AND reserved_until IS NULL) AS oldest1,
     (SELECT MIN(updated_at) FROM {table} WHERE state = 2) AS oldest2,
     (SELECT MIN(updated_at) FROM {table} WHERE state = 3) AS oldest3,
     (SELECT MIN(reserved_until) FROM {table} WHERE reserved_until IS NOT NULL) AS reserve_due

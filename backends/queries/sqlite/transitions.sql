@@ -87,7 +87,7 @@ WHERE +state = 3 AND local_id IN (
 -- Up to :limit reserved jobs whose deadline passed (a broker that died with them) back to
 -- PENDING with nothing used, as release_by_ids (common/jobs.sql) does.
 UPDATE {table}
-SET state = 0, claim = NULL, updated_at = :now, reserved_until = NULL
+SET state = 0, claim = NULL, reserved_until = NULL
 WHERE +state = 1 AND local_id IN (
     SELECT local_id FROM {table}
     WHERE reserved_until < :now
