@@ -48,7 +48,7 @@ from typing import Any
 
 from backends import sql_fifo
 from pinlater.storage.acks import AckGroup, AckOutcome, group_acks
-from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
+from pinlater.storage.claims import CLAIM_SOURCE_OFFSET, claim_matches
 from pinlater.storage.contract import (
     DELETE_STEP,
     MAX_LEASES_LISTED,
@@ -588,7 +588,7 @@ class SQLShard(Shard):
             if claim is not None:
                 self._claim(cur, table, rows, claim, hold_ms)
             rows = self._with_bodies(cur, table, rows)
-            if claim is not None:
+            if claim is not None and hold_ms is None:  # a reservation counts when handed out
                 self._book(cur, queue, dequeued=len(rows))
         return [new_dequeued_job(priority, r[0], bytes(r[1]), r[3], r[4], claim) for r in rows]
 
@@ -627,7 +627,22 @@ class SQLShard(Shard):
                 changed += self._by_ids(cur, name, table, ids, params, clocked)[0]
             if not jobs:
                 self._require_queue(cur, queue)
+            if name == "hand_out_by_ids" and changed:
+                self._book(cur, queue, dequeued=changed)  # S-prefetch: counted at hand-out
         return changed
+
+    def _reserved_matching(
+        self, cur: Any, table: tuple[str, ...], matches: Mapping[int, ClaimMatch]
+    ) -> int:
+        """How many of the jobs (local id -> the claim an ack or checkpoint must hold) are
+        reserved under a matching claim: the ack or checkpoint hands them out, so they count
+        as dequeued (S-reserved-ack)."""
+        rows = self._by_ids(cur, "reserved_by_ids", table, list(matches), {})[1]
+        return sum(
+            1
+            for local_id, held in rows
+            if claim_matches(held, matches[local_id].claim, matches[local_id].source)
+        )
 
     def dequeue_fifo(
         self,
@@ -726,11 +741,13 @@ class SQLShard(Shard):
             for group in groups:
                 table = self._job_table(cur, queue, group.priority)
                 params = {**self._ack_params(group), **clock}
+                matches = dict.fromkeys(group.local_ids, group.match)
+                counts["dequeued"] += self._reserved_matching(cur, table, matches)
                 for name, counter in _ACK_QUERIES[group.outcome]:
                     changed = self._by_ids(cur, name, table, group.local_ids, params, clocked)[0]
                     counts[counter] += changed
             self._book(cur, queue, **counts)
-        return sum(counts.values())
+        return sum(n for name, n in counts.items() if name != "dequeued")
 
     def _ack_params(self, group: AckGroup) -> dict[str, Any]:
         """The parameters of one ack group's statement, besides the clock and the ids."""
@@ -766,8 +783,12 @@ class SQLShard(Shard):
                     }
                     for c in group
                 ]
+                matches = {c.local_id: c.match for c in group}
+                handed = self._reserved_matching(cur, table, matches)
                 cur.executemany(self._sql("checkpoint", table), rows)
                 applied += max(cur.rowcount, 0)
+                if handed:
+                    self._book(cur, queue, dequeued=handed)
         return applied
 
     def lookup(

@@ -17,7 +17,7 @@
 -- Reads ra0 (lex range up to now) and the :b/:m columns of the claimed ids (HMGET; with a
 -- budget, bodies in chunks that fit it); writes ra0 -> ra1 (same member), ua1 score now, meta
 -- {s=1, ua=now, cl} (one HSET).
--- Ledger (:ledger): 'dequeued' += jobs claimed.
+-- Ledger (:ledger): 'dequeued' += jobs claimed by a dequeue (a prefetch's count when handed out).
 -- Returns 4 values per job: id19, body, attempts allowed, attempts remaining.
 -- (Dry runs use page.lua, which writes nothing.)
 local registry, queue, qprefix, prio = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
@@ -71,5 +71,5 @@ if #members > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #members - 1) end
 pl_chunked('ZADD', pl_ra_index(qprefix, prio, '1'), ra_args)
 pl_chunked('ZADD', ua_key, ua_args)
 pl_hset_fields(mkey, claimed, new_meta)
-pl_book(qprefix, 'dequeued', #claimed)
+if not reserving then pl_book(qprefix, 'dequeued', #claimed) end  -- a reservation: at hand-out
 return out

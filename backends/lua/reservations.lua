@@ -11,8 +11,8 @@
 -- ARGV[7..] pairs: id19, the claim it was prefetched under
 -- A job is ended only while it is reserved (in :rsv, IN_PROGRESS) under that exact claim;
 -- others are left alone. Hand out: :rsv -> ua1 (score now), meta {ua=now, cl=new claim}.
--- Release: as pl_return_reserved (ra1 -> ra0, same member). Ledger: nothing (the prefetch
--- counted 'dequeued'). Returns how many jobs were ended.
+-- Release: as pl_return_reserved (ra1 -> ra0, same member). Ledger: a hand-out counts
+-- 'dequeued' (the prefetch did not), a release nothing. Returns how many jobs were ended.
 local registry, queue, qprefix, prio = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
 pl_open_books(registry, queue, qprefix)
@@ -48,6 +48,7 @@ if hand_out then
   pl_chunked('ZREM', rsv, rem)
   pl_chunked('ZADD', pl_ua_index(qprefix, prio, '1'), ua_args)
   pl_hset_fields(mkey, order, new_metas)
+  pl_book(qprefix, 'dequeued', #order)  -- a reservation counts as dequeued when handed out
   return #order
 end
 pl_return_reserved(qprefix, prio, now_text, ended)

@@ -220,17 +220,37 @@ def a_checkpoint_of_a_reserved_job_hands_it_out(kit: Kit) -> None:
     assert kit.shard.release(QUEUE, 1, refs([job])) == 0
 
 
+def nonzero(kit: Kit) -> dict[str, int]:
+    return {k: v for k, v in kit.shard.ledger(QUEUE).counters.items() if v}
+
+
 @check(rule=("S-prefetch", "A-ledger-counts", "A-books-balance"))
-def ledger_counts_the_prefetch_claim_and_no_return(kit: Kit) -> None:
+def ledger_counts_a_reservation_when_handed_out_and_no_return(kit: Kit) -> None:
     kit.enqueue(b"a", b"b", b"c")
     jobs = prefetch(kit)
+    assert nonzero(kit) == {"enqueued": 3}  # reserved, not dequeued yet
     kit.shard.hand_out(QUEUE, 1, refs(jobs[:1]))
+    assert kit.shard.hand_out(QUEUE, 1, refs(jobs[:1])) == 0  # again: a no-op counts nothing
     kit.shard.release(QUEUE, 1, refs(jobs[1:2]))
     kit.advance(HOLD_MS + 1)
     assert kit.shard.reclaim_expired(QUEUE, 1, LONG_TIMEOUT_MS, 10).released == 1
     found = kit.shard.ledger(QUEUE)
-    assert {k: v for k, v in found.counters.items() if v} == {"enqueued": 3, "dequeued": 3}
+    assert nonzero(kit) == {"enqueued": 3, "dequeued": 1}
     assert found.states == {PENDING: 2, IN_PROGRESS: 1} and found.balanced
+
+
+@check(rule=("S-reserved-ack", "A-ledger-counts", "A-books-balance"))
+def ledger_counts_a_reservation_an_ack_or_checkpoint_hands_out(kit: Kit) -> None:
+    kit.enqueue(b"acked", b"checkpointed", b"stale", b"kept")
+    acked, checkpointed, stale, _kept = prefetch(kit)
+    assert kit.ack(succeeded=[Ack(1, acked.local_id, held(acked))]) == 1
+    assert kit.checkpoint(Checkpoint(1, checkpointed.local_id, held(checkpointed))) == 1
+    wrong = ClaimMatch(SOURCE, new_claim(BROKER))
+    assert kit.ack(failed=[Ack(1, stale.local_id, wrong)]) == 0
+    assert kit.checkpoint(Checkpoint(1, stale.local_id, wrong)) == 0
+    assert nonzero(kit) == {"enqueued": 4, "dequeued": 2, "succeeded": 1}
+    found = kit.shard.ledger(QUEUE)
+    assert found.states == {PENDING: 2, IN_PROGRESS: 1, SUCCEEDED: 1} and found.balanced
 
 
 @check(rule=("S-prefetch", "X-claim-once"))
