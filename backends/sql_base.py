@@ -1027,12 +1027,7 @@ class SQLShard(Shard):
                 queue,
                 priority,
                 limit,
-                lambda cur, table, size: max(
-                    self._run(
-                        cur, "delete_by_state", table, {"state": int(state), "limit": size}
-                    ).rowcount,
-                    0,
-                ),
+                functools.partial(self._delete_step, state),
                 "deleted",
             )
         # The filter runs in Python over a read snapshot, outside the write lock (a regex scan
@@ -1051,6 +1046,18 @@ class SQLShard(Shard):
             return self._by_ids(cur, "delete_by_ids", table, chunk, {"state": int(state)})[0]
 
         return self._removing_steps(queue, priority, len(ids), by_ids, "deleted", until_short=False)
+
+    def _delete_step(self, state: JobState, cur: Any, table: tuple[str, ...], size: int) -> int:
+        """One step of an unfiltered delete: PENDING takes the reserved jobs first (they read
+        as PENDING, S-prefetch), then jobs stored in `state`."""
+        deleted = 0
+        if state is JobState.PENDING:
+            found = self._run(cur, "delete_reserved", table, {"limit": size})
+            deleted = max(found.rowcount, 0)
+        params = {"state": int(state), "limit": size - deleted}
+        if deleted < size:
+            deleted += max(self._run(cur, "delete_by_state", table, params).rowcount, 0)
+        return deleted
 
     def _write_steps(
         self,
@@ -1103,9 +1110,12 @@ class SQLShard(Shard):
             rows = self._run(cur, "page_by_state", table, params).fetchall()
             return rows, (rows[-1][1], rows[-1][0]) if len(rows) == size else None
 
-        return [
-            row[0] for row in filtered(read_page, lambda row: bytes(row[2]), body_filter, limit)
-        ]
+        reserved: list = []
+        if state is JobState.PENDING:  # reserved jobs read as PENDING (S-prefetch): first
+            reserved = self._run(cur, "reserved_bodies", table, {}).fetchall()
+            reserved = [row[0] for row in reserved if body_filter(bytes(row[1]))][:limit]
+        found = filtered(read_page, lambda row: bytes(row[2]), body_filter, limit - len(reserved))
+        return reserved + [row[0] for row in found]
 
     # ---- janitor ----
     def reclaim_expired(

@@ -154,9 +154,24 @@ ORDER BY run_after, local_id
 LIMIT :limit
 
 -- name: delete_by_ids
--- Delete the given jobs if they are still in :state (`+state`: look them up by primary key).
+-- Delete the given jobs if they are still in :state as reads show it (a reserved job is
+-- PENDING, S-prefetch; `+state`: look them up by primary key).
 DELETE FROM {table}
-WHERE local_id IN ({ids}) AND +state = :state
+WHERE local_id IN ({ids}) AND CASE WHEN reserved_until IS NULL THEN state ELSE 0 END = :state
+
+-- name: reserved_bodies
+-- (local_id, body) of the reserved jobs (few: brokers' buffers), which a body-filtered delete
+-- of PENDING jobs examines first (they read as PENDING, S-prefetch).
+SELECT local_id, body FROM {table} WHERE reserved_until IS NOT NULL ORDER BY run_after, local_id
+
+-- name: delete_reserved
+-- Delete up to :limit reserved jobs (PENDING to reads and deletes, S-prefetch): a deleteJobs
+-- of PENDING jobs takes them first (a prefetch took them in dequeue order, oldest first).
+DELETE FROM {table}
+WHERE local_id IN (
+    SELECT local_id FROM (
+        SELECT local_id FROM {table} WHERE reserved_until IS NOT NULL LIMIT :limit
+    ) AS reserved)
 
 -- name: next_due
 -- The earliest run_after of the table's PENDING jobs (NULL when none): one index seek on the

@@ -161,8 +161,9 @@ ORDER BY state, updated_at
 LIMIT :limit
 
 -- name: delete_by_state
--- Delete up to :limit jobs in :state, oldest run_after first then by id.
+-- Delete up to :limit jobs in :state, oldest run_after first then by id; reserved jobs are
+-- PENDING to reads and deletes (delete_reserved), not IN_PROGRESS (S-prefetch).
 DELETE FROM {table}
-WHERE state = :state
+WHERE state = :state AND reserved_until IS NULL
 ORDER BY state, run_after, local_id
 LIMIT :limit

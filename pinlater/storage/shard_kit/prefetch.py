@@ -304,3 +304,18 @@ def hand_outs_racing_the_reclaimer_end_each_reservation_once(kit: Kit) -> None:
     assert sum(returned) == kit.count(PENDING, cap=1000)
     assert sum(handed) + sum(returned) == 300
     assert {r.attempts_remaining for r in kit.records([j.local_id for j in jobs])} == {2}
+
+
+@check(rule=("S-prefetch", "A-ledger-counts"))
+def deletes_take_a_reserved_job_as_pending(kit: Kit) -> None:
+    """A reserved job reads as PENDING, so deleteJobs of PENDING jobs deletes it (first: a
+    prefetch took the oldest due) and one of IN_PROGRESS jobs leaves it."""
+    kit.enqueue(b"a", b"b", b"c", b"d")
+    kit.dequeue(1)
+    prefetch(kit, limit=2)  # b, c reserved
+    assert kit.shard.delete_jobs(QUEUE, IN_PROGRESS, 1, 10, None) == 1  # a alone
+    assert kit.shard.delete_jobs(QUEUE, PENDING, 1, 10, lambda body: body == b"c") == 1
+    assert kit.shard.delete_jobs(QUEUE, PENDING, 1, 1, None) == 1  # b, reserved, first
+    assert [r.local_id for r in kit.scan(PENDING, body_filter=lambda body: True)] == [4]
+    found = kit.shard.ledger(QUEUE)
+    assert found.counters["deleted"] == 3 and found.states == {PENDING: 1} and found.balanced
