@@ -329,6 +329,7 @@ class RedisShard(Shard):
                 max(limit, 0),
                 with_body=True,
                 budget=budget,
+                shown=False,  # a dry run finds what a dequeue would take: no reserved job
             )
             return [
                 DequeuedJob(
@@ -798,7 +799,10 @@ class RedisShard(Shard):
         size: int,
         with_body: bool,
         budget_args: tuple[Any, Any] = ("", 0),
+        shown: bool = True,
     ) -> list[Any]:
+        """page.lua's arguments; `shown`: the jobs as reads show them (a reserved job is
+        PENDING, S-prefetch), else as stored (a dry-run dequeue: reserved jobs are claimed)."""
         return [
             queue,
             self._prefix(queue),
@@ -811,6 +815,7 @@ class RedisShard(Shard):
             size,
             "1" if with_body else "0",
             *budget_args,
+            "1" if shown else "0",
         ]
 
     def _page(
@@ -825,6 +830,7 @@ class RedisShard(Shard):
         *,
         with_body: bool,
         budget: ByteBudget | None = None,
+        shown: bool = True,
     ) -> tuple[list[JobRecord], int, str]:
         """One page.lua call: (records, index members read, cursor for the next page); with a
         budget, the records stop before the first job that does not fit it."""
@@ -838,6 +844,7 @@ class RedisShard(Shard):
             size,
             with_body,
             self._budget_args(budget),
+            shown,
         )
         flat = self._run(self._scripts.page, queue, args)
         return _records(flat[2:]), int(flat[0]), flat[1].decode()

@@ -48,7 +48,7 @@ from typing import Any
 
 from backends import sql_fifo
 from pinlater.storage.acks import AckGroup, AckOutcome, group_acks
-from pinlater.storage.claims import CLAIM_SOURCE_OFFSET
+from pinlater.storage.claims import CLAIM_SOURCE_OFFSET, claim_matches
 from pinlater.storage.contract import (
     DELETE_STEP,
     MAX_LEASES_LISTED,
@@ -600,7 +600,7 @@ class SQLShard(Shard):
             else:
                 rows = self._claim_eligible(cur, table, limit, budget, claim, hold_ms)
             rows = self._with_bodies(cur, table, rows)
-            if claim is not None:
+            if claim is not None and hold_ms is None:  # a reservation counts when handed out
                 self._book(cur, queue, dequeued=len(rows))
         return [new_dequeued_job(priority, r[0], bytes(r[1]), r[3], r[4], claim) for r in rows]
 
@@ -639,7 +639,22 @@ class SQLShard(Shard):
                 changed += self._by_ids(cur, name, table, ids, params, clocked)[0]
             if not jobs:
                 self._require_queue(cur, queue)
+            if name == "hand_out_by_ids" and changed:
+                self._book(cur, queue, dequeued=changed)  # S-prefetch: counted at hand-out
         return changed
+
+    def _reserved_matching(
+        self, cur: Any, table: tuple[str, ...], matches: Mapping[int, ClaimMatch]
+    ) -> int:
+        """How many of the jobs (local id -> the claim an ack or checkpoint must hold) are
+        reserved under a matching claim: the ack or checkpoint hands them out, so they count
+        as dequeued (S-reserved-ack)."""
+        rows = self._by_ids(cur, "reserved_by_ids", table, list(matches), {})[1]
+        return sum(
+            1
+            for local_id, held in rows
+            if claim_matches(held, matches[local_id].claim, matches[local_id].source)
+        )
 
     def dequeue_fifo(
         self,
@@ -781,11 +796,13 @@ class SQLShard(Shard):
             for group in groups:
                 table = self._job_table(cur, queue, group.priority)
                 params = {**self._ack_params(group), **clock}
+                matches = dict.fromkeys(group.local_ids, group.match)
+                counts["dequeued"] += self._reserved_matching(cur, table, matches)
                 for name, counter in _ACK_QUERIES[group.outcome]:
                     changed = self._by_ids(cur, name, table, group.local_ids, params, clocked)[0]
                     counts[counter] += changed
             self._book(cur, queue, **counts)
-        return sum(counts.values())
+        return sum(n for name, n in counts.items() if name != "dequeued")
 
     def _ack_params(self, group: AckGroup) -> dict[str, Any]:
         """The parameters of one ack group's statement, besides the clock and the ids."""
@@ -821,8 +838,12 @@ class SQLShard(Shard):
                     }
                     for c in group
                 ]
+                matches = {c.local_id: c.match for c in group}
+                handed = self._reserved_matching(cur, table, matches)
                 cur.executemany(self._sql("checkpoint", table), rows)
                 applied += max(cur.rowcount, 0)
+                if handed:
+                    self._book(cur, queue, dequeued=handed)
         return applied
 
     def lookup(
@@ -897,13 +918,23 @@ class SQLShard(Shard):
                     break
                 table = self._job_table(cur, queue, priority)
                 if body_filter is None:
-                    params = {"state": int(state), "now": now, "cap": cap - total}
-                    name = "count_future" if future else "count_current"
-                    total += self._run(cur, name, table, params).fetchone()[0]
+                    total += self._count_shown(cur, table, state, future, now, cap - total)
                 else:
                     window = _ScanWindow(table, priority, state, future, now)
                     matches = self._matching(cur, window, None, body_filter, cap - total)
                     total += sum(1 for _ in matches)
+        return min(total, cap)
+
+    def _count_shown(
+        self, cur: Any, table: tuple[str, ...], state: JobState, future: bool, now: int, cap: int
+    ) -> int:
+        """Jobs of one table in `state` as reads show them: a reserved job (IN_PROGRESS in
+        storage) counts as PENDING (S-prefetch), up to `cap`."""
+        name = "count_future" if future else "count_current"
+        total = 0
+        for stored, reserved in _SHOWN_AS[state]:
+            params = {"state": int(stored), "reserved": reserved, "now": now, "cap": cap - total}
+            total += self._run(cur, name, table, params).fetchone()[0]
         return min(total, cap)
 
     def queue_stats(self, queues: Sequence[str], cap: int) -> dict[str, QueueStats]:
@@ -930,8 +961,8 @@ class SQLShard(Shard):
             for chunk, rows in self._union_rows(cur, query, job_tables, params):
                 for row in rows:
                     queue, priority, _ = chunk[row[0]]
-                    values = row[1:] if cap else (0,) * 8 + tuple(row[1:])  # ages: no counts
-                    _add_table_stats(stats[queue], priority, values)
+                    values = row[1:] if cap else (0,) * 8 + tuple(row[1:]) + (0, 0)  # ages
+                    _add_table_stats(stats[queue], priority, values, cap)
             key_tables = [(q, t) for q, (_, t) in layout.items() if t is not None]
             firsts = {
                 chunk[row[0]][0]: row[1]
@@ -996,16 +1027,17 @@ class SQLShard(Shard):
         """Up to `size` rows of the window strictly after `bound` (None: from the top) in
         (run_after DESC, local_id DESC) order; bodies only `with_body`."""
         ra, last = (_TOP, _TOP) if bound is None else (bound.run_after_ms, bound.local_id)
-        params = {
-            "state": int(window.state),
-            "now": window.now,
-            "ra": ra,
-            "id": last,
-            "limit": size,
-            "with_body": int(with_body),
-        }
+        params = {"now": window.now, "ra": ra, "id": last, "limit": size}
+        params["with_body"] = int(with_body)
         name = "scan_future" if window.future else "scan_current"
-        return self._run(cur, name, window.table, params).fetchall()
+        rows: list = []
+        for stored, reserved in _SHOWN_AS[window.state]:  # PENDING: two pages, merged
+            found = self._run(
+                cur, name, window.table, {**params, "state": int(stored), "reserved": reserved}
+            )
+            rows.extend(found.fetchall())
+        rows.sort(key=lambda row: (row[6], row[0]), reverse=True)
+        return rows[:size]
 
     def _matching(
         self,
@@ -1050,12 +1082,7 @@ class SQLShard(Shard):
                 queue,
                 priority,
                 limit,
-                lambda cur, table, size: max(
-                    self._run(
-                        cur, "delete_by_state", table, {"state": int(state), "limit": size}
-                    ).rowcount,
-                    0,
-                ),
+                functools.partial(self._delete_step, state),
                 "deleted",
             )
         # The filter runs in Python over a read snapshot, outside the write lock (a regex scan
@@ -1074,6 +1101,18 @@ class SQLShard(Shard):
             return self._by_ids(cur, "delete_by_ids", table, chunk, {"state": int(state)})[0]
 
         return self._removing_steps(queue, priority, len(ids), by_ids, "deleted", until_short=False)
+
+    def _delete_step(self, state: JobState, cur: Any, table: tuple[str, ...], size: int) -> int:
+        """One step of an unfiltered delete: PENDING takes the reserved jobs first (they read
+        as PENDING, S-prefetch), then jobs stored in `state`."""
+        deleted = 0
+        if state is JobState.PENDING:
+            found = self._run(cur, "delete_reserved", table, {"limit": size})
+            deleted = max(found.rowcount, 0)
+        params = {"state": int(state), "limit": size - deleted}
+        if deleted < size:
+            deleted += max(self._run(cur, "delete_by_state", table, params).rowcount, 0)
+        return deleted
 
     def _write_steps(
         self,
@@ -1126,9 +1165,12 @@ class SQLShard(Shard):
             rows = self._run(cur, "page_by_state", table, params).fetchall()
             return rows, (rows[-1][1], rows[-1][0]) if len(rows) == size else None
 
-        return [
-            row[0] for row in filtered(read_page, lambda row: bytes(row[2]), body_filter, limit)
-        ]
+        reserved: list = []
+        if state is JobState.PENDING:  # reserved jobs read as PENDING (S-prefetch): first
+            reserved = self._run(cur, "reserved_bodies", table, {}).fetchall()
+            reserved = [row[0] for row in reserved if body_filter(bytes(row[1]))][:limit]
+        found = filtered(read_page, lambda row: bytes(row[2]), body_filter, limit - len(reserved))
+        return reserved + [row[0] for row in found]
 
     # ---- janitor ----
     def reclaim_expired(
@@ -1238,15 +1280,29 @@ class SQLShard(Shard):
 StatsTables = tuple[dict[int, tuple[str, ...]], tuple[str, ...] | None]
 
 
+#: per state a read asks for, the (stored state, reserved) pairs it shows as that state: a
+#: reserved job is IN_PROGRESS in storage but PENDING to every read (S-prefetch)
+_SHOWN_AS: dict[JobState, tuple[tuple[JobState, int], ...]] = {
+    JobState.PENDING: ((JobState.PENDING, 0), (JobState.IN_PROGRESS, 1)),
+    JobState.IN_PROGRESS: ((JobState.IN_PROGRESS, 0),),
+    JobState.SUCCEEDED: ((JobState.SUCCEEDED, 0),),
+    JobState.FAILED: ((JobState.FAILED, 0),),
+}
+
+
 def _zero_counts(levels: int) -> dict[tuple[int, JobState, bool], int]:
     return {(p, st, fu): 0 for p in range(1, levels + 1) for st in JobState for fu in (False, True)}
 
 
-def _add_table_stats(stats: QueueStats, priority: int, values: Sequence[Any]) -> None:
-    """One `table_stats` row (after its part number) into `stats`."""
+def _add_table_stats(stats: QueueStats, priority: int, values: Sequence[Any], cap: int) -> None:
+    """One `table_stats` row (after its part number) into `stats`; reserved jobs (its last two
+    values, due and future) count as PENDING, as every read shows them (S-prefetch)."""
     for i, state in enumerate(JobState):
         stats.counts[(priority, state, False)] = int(values[2 * i])
         stats.counts[(priority, state, True)] = int(values[2 * i + 1])
+    for future, reserved in ((False, values[12]), (True, values[13])):
+        key = (priority, JobState.PENDING, future)
+        stats.counts[key] = min(stats.counts[key] + int(reserved), cap)
     for state, oldest in zip(AGED_STATES, values[8:11], strict=True):
         if oldest is not None:
             stats.oldest_update[(priority, state)] = int(oldest)

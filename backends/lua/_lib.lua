@@ -92,6 +92,15 @@ local function pl_rsv_index(qprefix, prio)
   return qprefix .. ':p' .. prio .. ':rsv'
 end
 
+-- What reads add to a state's count of due jobs for the reservations of one priority: reads
+-- show a reserved job as PENDING (S-prefetch), and a reserved job is due (it was when taken).
+local function pl_reserved_shift(qprefix, prio, state)
+  if state ~= '0' and state ~= '1' then return 0 end
+  local reserved = redis.call('ZCARD', pl_rsv_index(qprefix, prio))
+  if state == '0' then return reserved end
+  return -reserved
+end
+
 local function pl_queue_exists(registry, queue)
   return redis.call('HEXISTS', registry, queue) == 1
 end
@@ -170,11 +179,16 @@ end
 -- status, and for the body and its length unless asked for. `body`: true for the body and its
 -- length, 'size' for the length only (HSTRLEN: the body is not read), false for neither.
 -- Returns whether the job exists.
+-- A reserved job (IN_PROGRESS in :rsv) is recorded as every read shows it: PENDING without a
+-- claim (S-prefetch).
 local PL_RECORD_WIDTH = 12
 local function pl_append_record(out, qprefix, prio, id19, body)
   local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
   local s, aa, ar, ca, ra, ua, cl = pl_meta_parse(redis.call('HGET', mkey, id19))
   if not s then return false end
+  if s == '1' and redis.call('ZSCORE', pl_rsv_index(qprefix, prio), id19) then
+    s, cl = '0', ''
+  end
   local n = #out
   out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = prio, id19, s, aa, ar
   out[n + 6] = redis.call('HGET', ckey, id19)
@@ -300,20 +314,21 @@ local function pl_apply_moves(moves)
   for _, key in ipairs(moves.order.add) do pl_chunked('ZADD', key, moves.add[key]) end
 end
 
--- Return reserved jobs (their metas already parsed: s, aa, ar, ca, ra) to PENDING with
+-- Return reserved jobs (their metas already parsed: s, aa, ar, ca, ra, ua) to PENDING with
 -- nothing used: ra1 -> ra0 (same member: run_after unchanged), the reservation removed, meta
--- {s=0, ua=now, cl=''}. `jobs` is a list of {id19, aa, ar, ca, ra}.
+-- {s=0, ua unchanged (now if not given), cl=''}. `jobs` is a list of {id19, aa, ar, ca, ra, ua}.
 local function pl_return_reserved(qprefix, prio, now_text, jobs)
   if #jobs == 0 then return end
   local moves = pl_index_moves(qprefix)
   local order, metas = {}, {}
   for _, job in ipairs(jobs) do
-    local id19, aa, ar, ca, ra = job[1], job[2], job[3], job[4], job[5]
+    local id19, aa, ar, ca, ra, ua = job[1], job[2], job[3], job[4], job[5], job[6]
     local member = pl_member(tonumber(ra), id19)
     pl_move_unindex(moves, prio, '1', member, id19)
     pl_move_index(moves, prio, '0', member, id19, 0)
     order[#order + 1] = id19
-    metas[id19] = pl_meta('0', aa, ar, ca, ra, now_text, '')
+    -- updated_at as before the reservation, which reads never showed (S-prefetch)
+    metas[id19] = pl_meta('0', aa, ar, ca, ra, ua or now_text, '')
   end
   pl_apply_moves(moves)
   local _, mkey = pl_job_keys(qprefix, prio)

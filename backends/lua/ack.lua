@@ -21,7 +21,8 @@
 -- changed metas and statuses are written at the end with one HSET per column, and the index
 -- moves with variadic ZREM/ZADD (an ack only ever leaves IN_PROGRESS, so no job is both
 -- removed from and added to the same index).
--- Ledger (:ledger): 'succeeded', 'failed' (none left) and 'retried' (back to PENDING).
+-- Ledger (:ledger): 'succeeded', 'failed' (none left) and 'retried' (back to PENDING), and
+-- 'dequeued' for an acked job that was reserved (the ack hands it out, S-reserved-ack).
 -- Returns how many acks applied.
 local registry, queue, qprefix = KEYS[1], ARGV[1], ARGV[2]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
@@ -32,7 +33,7 @@ local cap = tonumber(ARGV[4])
 local groups = tonumber(ARGV[5])
 local moves = pl_index_moves(qprefix)
 local applied = 0
-local booked = {succeeded = 0, failed = 0, retried = 0}  -- the ledger's counts
+local booked = {succeeded = 0, failed = 0, retried = 0, dequeued = 0}  -- the ledger's counts
 local per_prio = {}  -- prio -> {meta = {id19 -> text}, cs = {id19 -> text}, changed..., order}
 
 local function column(prio)
@@ -83,7 +84,8 @@ for g = 0, groups - 1 do
   -- this group's index argument lists, looked up once (not per job)
   local ra1_rem = pl_move_args(moves, 'rem', pl_ra_index(qprefix, prio, '1'))
   local ua1_rem = pl_move_args(moves, 'rem', pl_ua_index(qprefix, prio, '1'))
-  local rsv_rem = pl_move_args(moves, 'rem', pl_rsv_index(qprefix, prio))
+  local rsv = pl_rsv_index(qprefix, prio)
+  local rsv_rem = pl_move_args(moves, 'rem', rsv)
   local final = kind == 'S' and '2' or '3'
   local ra_final = pl_move_args(moves, 'add', pl_ra_index(qprefix, prio, final))
   local ua_final = pl_move_args(moves, 'add', pl_ua_index(qprefix, prio, final))
@@ -96,6 +98,8 @@ for g = 0, groups - 1 do
       ra1_rem[#ra1_rem + 1] = member
       ua1_rem[#ua1_rem + 1] = id19
       rsv_rem[#rsv_rem + 1] = id19  -- a reserved job (hand-out not written yet) acked
+      -- is handed out by the ack: counted as dequeued then (S-reserved-ack)
+      if redis.call('ZSCORE', rsv, id19) then booked.dequeued = booked.dequeued + 1 end
       if kind == 'F' and tonumber(ar) > 1 then
         local new_ra = pl_clamp_ra(now + delay)
         local n = #ra_retry
@@ -133,4 +137,5 @@ pl_apply_moves(moves)
 pl_book(qprefix, 'succeeded', booked.succeeded)
 pl_book(qprefix, 'failed', booked.failed)
 pl_book(qprefix, 'retried', booked.retried)
+pl_book(qprefix, 'dequeued', booked.dequeued)
 return applied

@@ -20,7 +20,7 @@ local now = pl_now(ARGV[3])
 local now_text = pl_int(now)
 local cap = tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
-local applied = 0
+local applied, handed = 0, 0
 for i = 0, n - 1 do
   local base = 6 + i * 10
   local prio, id19 = ARGV[base], ARGV[base + 1]
@@ -29,6 +29,8 @@ for i = 0, n - 1 do
   if s == '1' and pl_claim_ok(cl, ARGV[base + 2], ARGV[base + 3]) then
     local ra = now
     if ARGV[base + 7] ~= '' then ra = pl_clamp_ra(tonumber(ARGV[base + 7])) end
+    -- a reserved job checkpointed is handed out by it: counted as dequeued (S-reserved-ack)
+    if redis.call('ZSCORE', pl_rsv_index(qprefix, prio), id19) then handed = handed + 1 end
     pl_unindex(qprefix, prio, '1', pl_member(tonumber(old_ra), id19), id19)
     if ARGV[base + 6] == '1' then
       pl_index(qprefix, prio, '0', pl_member(ra, id19), id19, now)
@@ -47,4 +49,5 @@ for i = 0, n - 1 do
     applied = applied + 1
   end
 end
+pl_book(qprefix, 'dequeued', handed)
 return applied

@@ -10,6 +10,8 @@
 -- ARGV[4] state '0'..'3'
 -- ARGV[5] limit (>= 1)
 -- ARGV[6] number of listed ids n (0 = take the first `limit` of ra<state>), then the id19s
+-- A reserved job (in :rsv) is PENDING here, as to reads (S-prefetch): a delete of PENDING jobs
+-- takes the reserved ones first, one of IN_PROGRESS jobs leaves them.
 -- Deletes the jobs' column fields and ra/ua index entries, then adds them to the ledger's
 -- 'deleted' (:ledger). Returns how many were deleted.
 local registry, queue, qprefix, prio, state = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -19,27 +21,50 @@ local limit = tonumber(ARGV[5])
 if limit < 1 then return 0 end
 local n = tonumber(ARGV[6])
 local deleted = 0
-if n == 0 then
-  local index = pl_ra_index(qprefix, prio, state)
-  local members = redis.call('ZRANGE', index, 0, limit - 1)
-  if #members == 0 then return 0 end
-  local ids = {}
-  for i, member in ipairs(members) do ids[i] = pl_member_id(member) end
-  redis.call('ZREMRANGEBYRANK', index, 0, #members - 1)
-  if state ~= '0' then pl_chunked('ZREM', pl_ua_index(qprefix, prio, state), ids) end
-  if state == '1' then pl_chunked('ZREM', pl_rsv_index(qprefix, prio), ids) end
-  pl_drop_columns(qprefix, prio, ids)
-  pl_book(qprefix, 'deleted', #members)
-  return #members
-end
 local _, mkey = pl_job_keys(qprefix, prio)
-for i = 1, math.min(n, limit) do
-  local id19 = ARGV[6 + i]
+local rsv = pl_rsv_index(qprefix, prio)
+-- a reserved job (IN_PROGRESS in :rsv) is PENDING to reads and deletes (S-prefetch)
+local function shown(s, id19)
+  if s == '1' and redis.call('ZSCORE', rsv, id19) then return '0' end
+  return s
+end
+local function delete_one(id19)
   local s, _, _, _, ra = pl_meta_parse(redis.call('HGET', mkey, id19))
-  if s == state then
-    pl_delete_job(qprefix, prio, id19, state, ra)
+  if s and shown(s, id19) == state then
+    pl_delete_job(qprefix, prio, id19, s, ra)
     deleted = deleted + 1
+  elseif not s then
+    redis.call('ZREM', rsv, id19)  -- an entry without a job
   end
 end
+if n == 0 then
+  if state == '0' then  -- the reserved jobs first (a prefetch took the oldest due)
+    for _, id19 in ipairs(redis.call('ZRANGE', rsv, 0, limit - 1)) do delete_one(id19) end
+    limit = limit - deleted
+    if limit < 1 then
+      pl_book(qprefix, 'deleted', deleted)
+      return deleted
+    end
+  end
+  local index = pl_ra_index(qprefix, prio, state)
+  local reach = limit
+  if state == '1' then reach = limit + redis.call('ZCARD', rsv) end
+  local ids = {}
+  for _, member in ipairs(redis.call('ZRANGE', index, 0, reach - 1)) do
+    local id19 = pl_member_id(member)
+    if #ids < limit and not (state == '1' and redis.call('ZSCORE', rsv, id19)) then
+      ids[#ids + 1] = id19
+      redis.call('ZREM', index, member)
+    end
+  end
+  if #ids > 0 then
+    if state ~= '0' then pl_chunked('ZREM', pl_ua_index(qprefix, prio, state), ids) end
+    pl_drop_columns(qprefix, prio, ids)
+  end
+  deleted = deleted + #ids
+  pl_book(qprefix, 'deleted', deleted)
+  return deleted
+end
+for i = 1, math.min(n, limit) do delete_one(ARGV[6 + i]) end
 pl_book(qprefix, 'deleted', deleted)
 return deleted

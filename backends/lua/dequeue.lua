@@ -17,7 +17,7 @@
 -- Reads ra0 (lex range up to now) and the :b/:m columns of the claimed ids (HMGET; with a
 -- budget, bodies in chunks that fit it); writes ra0 -> ra1 (same member), ua1 score now, meta
 -- {s=1, ua=now, cl} (one HSET).
--- Ledger (:ledger): 'dequeued' += jobs claimed.
+-- Ledger (:ledger): 'dequeued' += jobs claimed by a dequeue (a prefetch's count when handed out).
 -- Returns 4 values per job: id19, body, attempts allowed, attempts remaining.
 -- (Dry runs use page.lua, which writes nothing.)
 local registry, queue, qprefix, prio = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
@@ -48,7 +48,8 @@ end
 local metas = pl_hmget(mkey, ids)
 local claim = ARGV[6]
 local ua_key, ua_score = pl_ua_index(qprefix, prio, '1'), now
-if ARGV[10] and ARGV[10] ~= '' then
+local reserving = ARGV[10] and ARGV[10] ~= ''
+if reserving then
   ua_key, ua_score = pl_rsv_index(qprefix, prio), now + tonumber(ARGV[10])
 end
 local out, claimed, new_meta = {}, {}, {}
@@ -60,7 +61,8 @@ for i, id19 in ipairs(ids) do
     ua_args[#ua_args + 1] = ua_score
     ua_args[#ua_args + 1] = id19
     claimed[#claimed + 1] = id19
-    new_meta[id19] = pl_meta('1', aa, ar, ca, ra, now_text, claim)
+    -- a prefetch keeps updated_at: reads show a reserved job as it was (S-prefetch)
+    new_meta[id19] = pl_meta('1', aa, ar, ca, ra, reserving and ua or now_text, claim)
     local n = #out
     out[n + 1], out[n + 2], out[n + 3], out[n + 4] = id19, bodies[i] or '', aa, ar
   end
@@ -69,5 +71,5 @@ if #members > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #members - 1) end
 pl_chunked('ZADD', pl_ra_index(qprefix, prio, '1'), ra_args)
 pl_chunked('ZADD', ua_key, ua_args)
 pl_hset_fields(mkey, claimed, new_meta)
-pl_book(qprefix, 'dequeued', #claimed)
+if not reserving then pl_book(qprefix, 'dequeued', #claimed) end  -- a reservation: at hand-out
 return out

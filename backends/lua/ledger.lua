@@ -14,6 +14,10 @@ local registered = redis.call('HGET', registry, queue)
 if not registered then return pl_no_queue() end
 local top = math.max(tonumber(ARGV[3]), tonumber(registered))
 local states = pl_present(qprefix, top)
+for prio = 1, top do  -- a reserved job counts as PENDING, as every read shows it (S-prefetch)
+  local reserved = pl_reserved_shift(qprefix, prio, '0')
+  states[1], states[2] = states[1] + reserved, states[2] - reserved
+end
 local counters = redis.call('HGETALL', qprefix .. ':ledger')
 if #counters == 0 then  -- books not opened yet (pl_open_books): the jobs present are enqueued
   counters = {'enqueued', states[1] + states[2] + states[3] + states[4]}

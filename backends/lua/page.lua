@@ -16,6 +16,8 @@
 -- ARGV[11] reply budget in bytes ('' or absent = none): records stop before the first job whose
 --          body does not fit (body lengths plus ARGV[12] bytes each, as pl_fitting); the count
 --          and cursor still describe the members read
+-- ARGV[13] '1': the jobs as reads show them (scan, count, delete): a reserved job (in :rsv) is
+--          PENDING, not IN_PROGRESS (S-prefetch); else (a dry-run dequeue) as stored
 -- Reads ra<state> with ZRANGEBYLEX/ZREVRANGEBYLEX and the job hashes. Returns the number of
 -- index members read, the last one ('' if none; the next page's cursor), then 12 values per
 -- job (pl_append_record).
@@ -40,11 +42,35 @@ end
 local key = pl_ra_index(qprefix, prio, state)
 local min = low and ('(' .. low) or '-'
 local max = high and ('(' .. high) or '+'
+local function read(n)
+  if desc then return redis.call('ZREVRANGEBYLEX', key, max, min, 'LIMIT', 0, n) end
+  return redis.call('ZRANGEBYLEX', key, min, max, 'LIMIT', 0, n)
+end
 local members
-if desc then
-  members = redis.call('ZREVRANGEBYLEX', key, max, min, 'LIMIT', 0, count)
+local shown = ARGV[13] == '1'
+local rsv = pl_rsv_index(qprefix, prio)
+if shown and state == '1' then
+  -- reserved jobs read as PENDING: skipped here (at most ZCARD of them among the members)
+  members = {}
+  for _, member in ipairs(read(count + redis.call('ZCARD', rsv))) do
+    if #members == count then break end
+    if not redis.call('ZSCORE', rsv, pl_member_id(member)) then members[#members + 1] = member end
+  end
+elseif shown and state == '0' then
+  -- and merged into PENDING's page, in its order and window (few: a broker's buffer)
+  members = read(count)
+  local _, mkey = pl_job_keys(qprefix, prio)
+  for _, id19 in ipairs(redis.call('ZRANGE', rsv, 0, -1)) do
+    local s, _, _, _, ra = pl_meta_parse(redis.call('HGET', mkey, id19))
+    local member = s == '1' and pl_member(tonumber(ra), id19)
+    if member and (not low or member > low) and (not high or member < high) then
+      members[#members + 1] = member
+    end
+  end
+  if desc then table.sort(members, function(a, b) return a > b end) else table.sort(members) end
+  while #members > count do table.remove(members) end
 else
-  members = redis.call('ZRANGEBYLEX', key, min, max, 'LIMIT', 0, count)
+  members = read(count)
 end
 local out = {#members, members[#members] or ''}
 local with_body = ARGV[10] == '1'

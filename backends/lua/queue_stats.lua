@@ -6,7 +6,8 @@
 -- ARGV[2] cap (0: ages only, every count 0)
 -- ARGV[3] number of priorities n
 -- ARGV[4..] pairs: queue name, queue key prefix pl:<shard>:q:<queue>
--- Per queue and priority: ZLEXCOUNT of ra<state> below and above now (as count.lua), the lowest
+-- Per queue and priority: ZLEXCOUNT of ra<state> below and above now (as count.lua: reserved
+-- jobs count as PENDING, S-prefetch), the lowest
 -- score of ua<state> for states 1-3 and of :rsv (the first reservation deadline); per queue
 -- the lowest score of :ux (keys' expiry).
 -- Returns {now, then per queue 0 (missing) or 1 followed by n x (8 counts: due and future of
@@ -34,7 +35,8 @@ for i = 4, #ARGV, 2 do
       for state = 0, 3 do
         if cap > 0 then
           local ra = pl_ra_index(qprefix, prio, tostring(state))
-          put(math.min(redis.call('ZLEXCOUNT', ra, '-', split), cap))
+          local shift = pl_reserved_shift(qprefix, prio, tostring(state))
+          put(math.min(redis.call('ZLEXCOUNT', ra, '-', split) + shift, cap))
           put(math.min(redis.call('ZLEXCOUNT', ra, split, '+'), cap))
         else
           put(0)

@@ -27,9 +27,9 @@ local rsv = pl_rsv_index(qprefix, prio)
 local expired = redis.call('ZRANGEBYSCORE', rsv, '-inf', '(' .. now_text, 'LIMIT', 0, limit)
 local back = {}
 for _, id19 in ipairs(expired) do
-  local s, aa, ar, ca, ra = pl_meta_parse(redis.call('HGET', mkey, id19))
+  local s, aa, ar, ca, ra, ua = pl_meta_parse(redis.call('HGET', mkey, id19))
   if s == '1' then
-    back[#back + 1] = {id19, aa, ar, ca, ra}
+    back[#back + 1] = {id19, aa, ar, ca, ra, ua}
   else
     redis.call('ZREM', rsv, id19)  -- an entry without a reserved job
   end

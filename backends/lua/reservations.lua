@@ -11,8 +11,8 @@
 -- ARGV[7..] pairs: id19, the claim it was prefetched under
 -- A job is ended only while it is reserved (in :rsv, IN_PROGRESS) under that exact claim;
 -- others are left alone. Hand out: :rsv -> ua1 (score now), meta {ua=now, cl=new claim}.
--- Release: as pl_return_reserved (ra1 -> ra0, same member). Ledger: nothing (the prefetch
--- counted 'dequeued'). Returns how many jobs were ended.
+-- Release: as pl_return_reserved (ra1 -> ra0, same member). Ledger: a hand-out counts
+-- 'dequeued' (the prefetch did not), a release nothing. Returns how many jobs were ended.
 local registry, queue, qprefix, prio = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 if not pl_queue_exists(registry, queue) then return pl_no_queue() end
 pl_open_books(registry, queue, qprefix)
@@ -27,7 +27,7 @@ local _, mkey = pl_job_keys(qprefix, prio)
 local metas = pl_hmget(mkey, ids)
 local ended, order, new_metas, ua_args, rem = {}, {}, {}, {}, {}
 for i, id19 in ipairs(ids) do
-  local s, aa, ar, ca, ra, _, cl = pl_meta_parse(metas[i])
+  local s, aa, ar, ca, ra, ua, cl = pl_meta_parse(metas[i])
   local held = ARGV[6 + 2 * i]
   if s == '1' and cl == held and not new_metas[id19] and redis.call('ZSCORE', rsv, id19) then
     if hand_out then
@@ -40,7 +40,7 @@ for i, id19 in ipairs(ids) do
       rem[#rem + 1] = id19
     else
       new_metas[id19] = true
-      ended[#ended + 1] = {id19, aa, ar, ca, ra}
+      ended[#ended + 1] = {id19, aa, ar, ca, ra, ua}
     end
   end
 end
@@ -48,6 +48,7 @@ if hand_out then
   pl_chunked('ZREM', rsv, rem)
   pl_chunked('ZADD', pl_ua_index(qprefix, prio, '1'), ua_args)
   pl_hset_fields(mkey, order, new_metas)
+  pl_book(qprefix, 'dequeued', #order)  -- a reservation counts as dequeued when handed out
   return #order
 end
 pl_return_reserved(qprefix, prio, now_text, ended)

@@ -21,3 +21,12 @@ def new_claim(source: str) -> str:
 
 def claim_source(claim: str) -> str:
     return claim[CLAIM_SOURCE_OFFSET:]
+
+
+def claim_matches(stored: str | None, claim: str | None, source: str) -> bool:
+    """Whether a job holding `stored` is the one an ack or checkpoint names: its claim equal to
+    `claim`, or without one (an original client) its source part equal to `source` (the rule
+    each backend's guard applies in storage; backends that count in Python use this)."""
+    if not stored:
+        return False
+    return stored == claim if claim is not None else claim_source(stored) == source

@@ -441,7 +441,15 @@ class ShardedBackend:
         """The queue's books on each shard (or on `shards`), each read in one snapshot on
         its shard (`Shard.ledger`); the first error wins, as for counts."""
         names = self.shard_names() if shards is None else list(shards)
+        self._handed_out_first(queue)
         return self._fan_out(names, lambda s: s.ledger(queue))
+
+    def _handed_out_first(self, queue: str) -> None:
+        """Before a read of `queue`, with the broker on: write the hand-outs of its jobs this
+        server answered but has not written yet (`broker.write_behind_ms`), so that a read
+        right after a dequeue finds them IN_PROGRESS, as without the broker."""
+        if self.broker is not None:
+            self.broker.flush_queue(queue)
 
     # ---------------------------------------------------------------- jobs
 
@@ -708,6 +716,8 @@ class ShardedBackend:
             groups[(d.queue, d.shard)].append((d.priority, d.local_id))
         found: dict[JobDescriptor, JobRecord] = {}
         left = max_body_bytes
+        for queue in {queue for queue, _ in groups}:
+            self._handed_out_first(queue)
         for (queue, name), refs in groups.items():
             records = self.call(name, _lookup_call(queue, refs, include_body, left))
             for record in records:
@@ -727,6 +737,7 @@ class ShardedBackend:
         body_filter: BodyFilter | None,
     ) -> int:
         priorities = self._priorities(priority)
+        self._handed_out_first(queue)
         counts = self._fan_out(
             self.read_shards(queue),
             lambda s: s.count(queue, state, priorities, future, cap, body_filter),
@@ -749,6 +760,7 @@ class ShardedBackend:
             return [], CONTINUATION_END
         cursor = _parse_continuation(continuation)
         priorities = self._priorities(priority)
+        self._handed_out_first(queue)
         pages = self._fan_out(
             self.read_shards(queue),
             lambda s: s.scan(

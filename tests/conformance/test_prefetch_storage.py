@@ -1,6 +1,6 @@
 """The prefetching broker's storage rules (docs/semantics.md `F-...`) on every backend, through
 the sharded layer (`pinlater/storage/broker_store.py`) with the wire for everything a client
-sees: reserved jobs are IN_PROGRESS to lookups and counts and invisible to dequeues, hand-out
+sees: reserved jobs are PENDING (no claim) to lookups and counts and invisible to dequeues, hand-out
 restarts the claim clock, release and a dead broker's expired reservations use no attempt, an
 ack of a reserved job applies, leases have one owner."""
 
@@ -38,15 +38,15 @@ def pairs(reserved) -> dict[str, list[tuple[int, str]]]:
 
 
 @pytest.mark.rule("S-prefetch")
-def test_reserved_jobs_are_in_progress_and_no_dequeue_takes_them(api, queue, broker):
+def test_reserved_jobs_read_as_pending_and_no_dequeue_takes_them(api, queue, broker):
     descriptors = api.enqueue(queue, *[{"body": b"x", "numAttemptsAllowed": 2}] * 3)
     reserved = prefetch_all(api, broker, queue)
     assert sorted(str(d) for d, _ in reserved) == sorted(descriptors)
     assert api.dequeue(queue, 10).jobs is None
-    assert api.count(queue, 1) == 3 and api.count(queue, 0) == 0
-    for descriptor, job in reserved:
+    assert api.count(queue, 0) == 3 and api.count(queue, 1) == 0
+    for descriptor, _job in reserved:
         info = api.job(str(descriptor))
-        assert (info.jobState, info.claimDescriptor, info.attemptsRemaining) == (1, job.claim, 2)
+        assert (info.jobState, info.claimDescriptor, info.attemptsRemaining) == (0, None, 2)
 
 
 @pytest.mark.rule("S-hand-out", "S-reserved-ack")

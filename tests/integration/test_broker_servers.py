@@ -102,6 +102,26 @@ def leases(section: dict):
         backend.close()
 
 
+@contextlib.contextmanager
+def unreserved(section: dict):
+    """`take(queue)`: how many PENDING jobs of the queue storage itself would hand out (a dry
+    run on every shard, straight to storage): reserved jobs read as PENDING (S-prefetch), so
+    this is how a test tells them apart."""
+    config = load_config(env={}, overrides={"backend": section})
+    backend = backend_class(config.backend.kind)(config.backend.options, config.storage_limits())
+    shards = [backend.open_shard(spec) for spec in config.backend.shards]
+
+    def take(queue: str) -> int:
+        return sum(len(shard.dequeue(queue, 1, 100, None)) for shard in shards)
+
+    try:
+        yield take
+    finally:
+        for shard in shards:
+            shard.close()
+        backend.close()
+
+
 def wait_for(check, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -112,7 +132,7 @@ def wait_for(check, timeout: float, what: str):
     raise AssertionError(f"not within {timeout} s: {what}")
 
 
-def buffered_queue(server: ServerProcess, jobs: int) -> tuple[str, list[str], str]:
+def buffered_queue(server: ServerProcess, jobs: int, section: dict) -> tuple[str, list[str], str]:
     """A queue of `jobs` jobs with all but two reserved by `server`'s broker, one of those
     two dequeued before the broker owned anything (from storage) and one served from the
     buffer: (queue, descriptors, the buffered one's descriptor)."""
@@ -121,11 +141,8 @@ def buffered_queue(server: ServerProcess, jobs: int) -> tuple[str, list[str], st
         client.create_queue(queue)
         descriptors = client.enqueue(queue, [b"job-%d" % i for i in range(jobs)])
         assert client.dequeue(queue, 1), "the first dequeue is answered (from storage)"
-        wait_for(
-            lambda: client.count(queue, JobState.PENDING) == 0,
-            5,
-            "the broker reserves every other job",
-        )
+        with unreserved(section) as take:
+            wait_for(lambda: take(queue) == 0, 5, "the broker reserves every other job")
         served = client.dequeue(queue, 1)
         assert len(served) == 1
         time.sleep(0.3)  # its hand-out is written behind (5 ms)
@@ -144,14 +161,15 @@ def attempts_untouched(client: PinLaterClient, descriptors: list[str], but: set[
 def test_kill_9_loses_nothing_and_uses_no_attempt(storage, tmp_path):
     with contextlib.ExitStack() as stack:
         broker = start(stack, storage, tmp_path, "broker")
-        queue, descriptors, served = buffered_queue(broker, 12)
+        queue, descriptors, served = buffered_queue(broker, 12, storage)
         broker.kill()
         other = start(stack, storage, tmp_path, "janitor", broker=False, janitor=True)
-        with client_of(other) as client:
+        with client_of(other) as client, unreserved(storage) as take:
             handed = {d for d, i in client.lookup(descriptors).items() if i.state != 0}
-            assert len(handed) == 12, "reserved and handed-out jobs are all IN_PROGRESS now"
+            assert len(handed) == 2, "reserved jobs read as PENDING, handed-out ones not"
+            assert take(queue) == 0, "the dead broker's jobs are still reserved"
             wait_for(
-                lambda: client.count(queue, JobState.PENDING) == 10,
+                lambda: take(queue) == 10,
                 BROKER["hold_seconds"] + 5,
                 "the janitor gives the buffered jobs back after the hold",
             )
@@ -166,12 +184,13 @@ def test_kill_9_loses_nothing_and_uses_no_attempt(storage, tmp_path):
 def test_sigterm_gives_buffered_jobs_back_at_once(storage, tmp_path):
     with contextlib.ExitStack() as stack:
         broker = start(stack, storage, tmp_path, "broker")
-        queue, descriptors, served = buffered_queue(broker, 12)
+        queue, descriptors, served = buffered_queue(broker, 12, storage)
         stopped_at = time.monotonic()
         assert broker.stop() == 0
         other = start(stack, storage, tmp_path, "reader", broker=False)  # no janitor anywhere
-        with client_of(other) as client:
+        with client_of(other) as client, unreserved(storage) as take:
             assert client.count(queue, JobState.PENDING) == 10
+            assert take(queue) == 10, "released: storage hands them out again"
             assert time.monotonic() - stopped_at < BROKER["hold_seconds"], "before any hold"
             infos = client.lookup(descriptors)
             assert infos[served].state == JobState.IN_PROGRESS

@@ -31,5 +31,7 @@ FROM {table}
 SELECT COUNT(*) FROM {table}
 
 -- name: state_counts
--- Jobs per state in one job table (read in the same snapshot as ledger_read).
-SELECT state, COUNT(*) FROM {table} GROUP BY state
+-- Jobs per state in one job table (read in the same snapshot as ledger_read); a reserved
+-- job counts as PENDING, as every read shows it (S-prefetch).
+SELECT CASE WHEN reserved_until IS NULL THEN state ELSE 0 END AS shown, COUNT(*)
+FROM {table} GROUP BY shown

@@ -137,9 +137,9 @@ WHERE local_id IN ({ids}) AND state = 1 AND reserved_until IS NOT NULL
 -- name: release_by_ids
 -- overrides: claims compare as binary strings (see the top of this file)
 -- Reserved jobs still held under :claim back to PENDING, nothing used: run_after and
--- attempts unchanged, claim cleared.
+-- attempts unchanged, claim cleared, updated_at unchanged (S-prefetch).
 UPDATE {table}
-SET state = 0, claim = NULL, updated_at = :now, reserved_until = NULL
+SET state = 0, claim = NULL, reserved_until = NULL
 WHERE local_id IN ({ids}) AND state = 1 AND reserved_until IS NOT NULL
   AND CAST(claim AS BINARY) = CAST(:claim AS BINARY)
 
@@ -149,7 +149,7 @@ WHERE local_id IN ({ids}) AND state = 1 AND reserved_until IS NOT NULL
 -- reservations alone (every other job's reserved_until is NULL). FORCE INDEX: with the state
 -- in the WHERE clause the planner may take `updated` and sort every claim of the table.
 UPDATE {table} FORCE INDEX (reserved)
-SET state = 0, claim = NULL, updated_at = :now, reserved_until = NULL
+SET state = 0, claim = NULL, reserved_until = NULL
 WHERE reserved_until < :now AND state = 1
 ORDER BY reserved_until
 LIMIT :limit
@@ -183,8 +183,9 @@ ORDER BY state, updated_at
 LIMIT :limit
 
 -- name: delete_by_state
--- Delete up to :limit jobs in :state, oldest run_after first then by id.
+-- Delete up to :limit jobs in :state, oldest run_after first then by id; reserved jobs are
+-- PENDING to reads and deletes (delete_reserved), not IN_PROGRESS (S-prefetch).
 DELETE FROM {table}
-WHERE state = :state
+WHERE state = :state AND reserved_until IS NULL
 ORDER BY state, run_after, local_id
 LIMIT :limit

@@ -87,7 +87,7 @@ WHERE +state = 3 AND local_id IN (
 -- Up to :limit reserved jobs whose deadline passed (a broker that died with them) back to
 -- PENDING with nothing used, as release_by_ids (common/jobs.sql) does.
 UPDATE {table}
-SET state = 0, claim = NULL, updated_at = :now, reserved_until = NULL
+SET state = 0, claim = NULL, reserved_until = NULL
 WHERE +state = 1 AND local_id IN (
     SELECT local_id FROM {table}
     WHERE reserved_until < :now
@@ -124,7 +124,9 @@ WHERE +state = :state AND local_id IN (
     WHERE state = :state AND updated_at < :cutoff ORDER BY updated_at LIMIT :limit)
 
 -- name: delete_by_state
--- Delete up to :limit jobs in :state, oldest run_after first then by id.
+-- Delete up to :limit jobs in :state, oldest run_after first then by id; reserved jobs are
+-- PENDING to reads and deletes (delete_reserved), not IN_PROGRESS (S-prefetch).
 DELETE FROM {table}
 WHERE +state = :state AND local_id IN (
-    SELECT local_id FROM {table} WHERE state = :state ORDER BY run_after, local_id LIMIT :limit)
+    SELECT local_id FROM {table} WHERE state = :state AND reserved_until IS NULL
+    ORDER BY run_after, local_id LIMIT :limit)

@@ -182,6 +182,11 @@ class Broker:
         handed out."""
         self.handouts.flush_for(queue, jobs)
 
+    def flush_queue(self, queue: str) -> None:
+        """Write the queue's pending hand-outs first: reads through this server then show
+        the jobs it handed out as IN_PROGRESS."""
+        self.handouts.flush_queue(queue)
+
     def _low_mark(self, queue: str) -> float:
         prefetch = self.prefetch_for(queue)
         return max(1.0, prefetch * self.low_water) if prefetch else 0.0

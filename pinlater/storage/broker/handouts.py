@@ -109,6 +109,17 @@ class HandOuts:
                 return
             self._write_pending()
 
+    def flush_queue(self, queue: str) -> None:
+        """Before a read of `queue`: write its pending hand-outs (or wait for the write that
+        holds them), so this server's reads show a job it handed out as IN_PROGRESS, not as
+        the reservation it still is in storage (PENDING to reads, S-prefetch); nothing pending
+        for the queue, the usual case, costs a look."""
+        for _ in range(FLUSH_TRIES):
+            with self._lock:
+                if not any(key[0] == queue for key in self._unwritten):
+                    return
+            self._write_pending()
+
     def _take(self) -> tuple[Batch, float | None]:
         with self._lock:
             batch, since = dict(self._pending), self._since
