@@ -53,9 +53,10 @@ def _available_flavours() -> list[str]:
     PENDING, the ledger counts it at hand-out and deletes take it as PENDING (S-prefetch), which
     fixed the 9-15 failures per flavour those reads caused; what remains is timing-dependent,
     0 to 3 of 217 per flavour and run (the three flavours together ~110 s on a shared machine;
-    of the last two runs of all three, one was green, one had 1 failure): test_ack's success ack of a job served from a buffer
-    sometimes finds it still reserved (its hand-out unwritten) and applies nowhere, and
-    test_reply_size's dequeue of 17 1-MiB jobs sometimes gets fewer than fit one frame."""
+    of the last two runs of all three, one was green, one had 1 failure): test_ack's success
+    ack of a job served from a buffer sometimes finds it still reserved (its hand-out
+    unwritten) and applies nowhere, and test_reply_size's dequeue of 17 1-MiB jobs sometimes
+    gets fewer than fit one frame."""
     mysql8 = os.environ.get("PINLATER_TEST_MYSQL8", "") == "1"
     broker = os.environ.get("PINLATER_TEST_BROKER", "") == "1"
     return [
