@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -337,9 +338,9 @@ class Rig:
             report.violations.append(f"the queue did not drain within {drain_timeout}s")
         return report
 
-    def books(self) -> dict[str, LedgerBook]:
-        """The queue's ledger on every shard, read straight from the storage (as the servers
-        read it: one snapshot per shard)."""
+    @contextlib.contextmanager
+    def _raw_store(self) -> Iterator[ShardedBackend]:
+        """The storage itself, without a server in between."""
         config = load_config(env={}, overrides={"backend": self.storage.backend_section()})
         backend = backend_class(config.backend.kind)(
             config.backend.options, config.storage_limits()
@@ -348,9 +349,26 @@ class Rig:
             backend, config.backend.shards, num_priorities=config.priorities.levels, retries=3
         )
         try:
-            return store.ledger(self.queue)
+            yield store
         finally:
             store.close()
+
+    def books(self) -> dict[str, LedgerBook]:
+        """The queue's ledger on every shard, read straight from the storage (as the servers
+        read it: one snapshot per shard)."""
+        with self._raw_store() as store:
+            return store.ledger(self.queue)
+
+    def unreserved_pending(self, limit: int = 10_000) -> int:
+        """How many of the queue's jobs storage itself would hand out now (a dry run on every
+        shard and priority): reads show a broker's reservations as PENDING (S-prefetch), this
+        does not count them."""
+        with self._raw_store() as store:
+            return sum(
+                len(store.shard(name).dequeue(self.queue, priority, limit, None))
+                for name in store.shard_names()
+                for priority in range(1, store.num_priorities + 1)
+            )
 
     # ---- resources ----
 
