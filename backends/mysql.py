@@ -441,28 +441,8 @@ class MySQLShard(SQLShard):
 
     @contextmanager
     def _connected_transaction(self, read_only: bool) -> Iterator[Any]:
-        with self._connection() as conn:
-            cur = conn.cursor()
-            try:
-                # Always an explicit transaction opened with begin(), even for one statement
-                # or a read: outside a transaction it knows of, DBUtils re-runs a failed
-                # statement by itself, on the same or a new connection (a duplicate INSERT
-                # after a lost reply; a read's later statements outside its snapshot; a lock
-                # wait waited twice; a blackholed shard costs a second timeout).
-                if read_only:  # one snapshot for every statement (sessions are READ COMMITTED)
-                    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                conn.begin()
-                with cur.no_failover():  # a lost connection is not reopened inline (end_failed)
-                    yield cur
-                commit(conn)
-            except pymysql.err.Error as exc:
-                end_failed(conn)
-                raise self._translate(exc) from exc
-            except BaseException:
-                end_failed(conn)
-                raise
-            finally:
-                cur.close()
+        with self._connection() as conn, self._transaction_on(conn, read_only) as cur:
+            yield cur
 
     def _write(self):
         return self._transaction(read_only=False)
@@ -506,12 +486,19 @@ class MySQLShard(SQLShard):
                 _release_lock(conn, name)
 
     @contextmanager
-    def _transaction_on(self, conn: Any) -> Iterator[Any]:
-        """A write transaction on `conn` (as `_connected_transaction`, on a held connection)."""
+    def _transaction_on(self, conn: Any, read_only: bool = False) -> Iterator[Any]:
+        """A transaction on `conn` (a pooled connection, or one held across transactions).
+        Always an explicit transaction opened with begin(), even for one statement or a read:
+        outside a transaction it knows of, DBUtils re-runs a failed statement by itself, on
+        the same or a new connection (a duplicate INSERT after a lost reply; a read's later
+        statements outside its snapshot; a lock wait waited twice; a blackholed shard costs a
+        second timeout)."""
         cur = conn.cursor()
         try:
+            if read_only:  # one snapshot for every statement (sessions are READ COMMITTED)
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             conn.begin()
-            with cur.no_failover():
+            with cur.no_failover():  # a lost connection is not reopened inline (end_failed)
                 yield cur
             commit(conn)
         except pymysql.err.Error as exc:

@@ -57,7 +57,7 @@ def dequeue_fifo(
     out."""
     healthy = _healthy(store, queue)
     run = _FifoRun(store, queue, limit, cap, None if dry_run else new_claim(source), budget)
-    lead = _lead(store, queue, acks, healthy, run.claim)
+    lead = store._piggyback_lead(queue, acks, healthy, run.claim)
     if lead is not None:
         jobs = _lead_dequeue(store, queue, lead, acks, limit, cap, run.claim, budget)
         if jobs is not None:
@@ -113,19 +113,6 @@ class _FifoRun:
         if self.missing and not self.answered:
             raise QueueNotFound(self.queue)
         return self.got
-
-
-def _lead(store: Any, queue: str, acks: Any, healthy: list[str], claim: str | None) -> str | None:
-    """Apply `acks` now unless they can ride with the dequeue: the one healthy shard they all
-    belong to (then nothing is applied yet), else None."""
-    if acks is None:
-        return None
-    owners = {name for name, _ in acks[0]} | {name for name, _ in acks[1]}
-    if claim is not None and len(owners) == 1 and next(iter(owners)) in healthy:
-        return next(iter(owners))
-    if owners:
-        store.ack(queue, *acks)
-    return None
 
 
 def _lead_dequeue(
