@@ -217,7 +217,10 @@ def _move(client, queue_config, metrics_port: int) -> None:
     )
     client.deleteQueue(CTX, "clicks", PASSWORD)
     client.createQueue(CTX, "clicks")
-    assert shards(d for _ in range(10) for d in enqueue(client, "clicks", 1)) == {"m1", "m2"}
+    # one job a batch, each to a random healthy shard: 24 all on one shard by chance: 2**-23
+    spread = shards(d for _ in range(24) for d in enqueue(client, "clicks", 1))
     families = scrape(metrics_port)
+    health = {s: sample(families, "pinlater_shard_healthy", shard=s) for s in ("m1", "m2")}
+    assert spread == {"m1", "m2"}, f"enqueues went to {spread} only; shard health {health}"
     assert sample(families, "pinlater_queue_cluster", queue="clicks", cluster="durable") == 1
     assert sample(families, "pinlater_queue_cluster_move_pending", queue="clicks") is None
