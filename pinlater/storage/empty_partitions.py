@@ -7,6 +7,9 @@ partitions a dequeue found empty and skips them until a change to that partition
 another) or `ttl` passes. A partition is marked empty only when no change to its queue was
 seen while the storage call ran (the queue's epoch is unchanged) and the mark expires `ttl`
 after the call *started*: so whatever made a job eligible, the map hides it for less than `ttl`.
+A call that found jobs unmarks its partition and keeps a concurrent call that started before it
+finished from marking it: on MySQL a dequeue skips the rows another one holds locked, so an
+empty answer next to a busy one says nothing about what else is there.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ class EmptyPartitions:
         self._until: dict[str, dict[tuple[str, int], float]] = {}
         self._marks = 0
         self._epochs: dict[str, int] = {}
+        #: queue -> (shard, priority) -> when a call last found jobs there
+        self._found: dict[str, dict[tuple[str, int], float]] = {}
         #: storage dequeue calls made, those that found nothing, partitions skipped
         self.calls = 0
         self.empty_calls = 0
@@ -59,9 +64,27 @@ class EmptyPartitions:
         with self._lock:
             self.calls += 1
             if found:
+                self._found_now(queue, shard, priority)
                 return
             self.empty_calls += 1
             self._mark(queue, shard, (priority,), epoch, started)
+
+    def found(self, queue: str, shard: str, priority: int) -> None:
+        """A call other than a storage dequeue (a broker's prefetch) found jobs there."""
+        with self._lock:
+            self._found_now(queue, shard, priority)
+
+    def _found_now(self, queue: str, shard: str, priority: int) -> None:
+        """Under the lock."""
+        if not self.enabled:
+            return
+        marks = self._until.get(queue)
+        if marks is not None and marks.pop((shard, priority), None) is not None:
+            self._marks -= 1
+        found = self._found.setdefault(queue, {})
+        if (shard, priority) not in found:
+            self._marks += 1
+        found[(shard, priority)] = self.clock()
 
     def nothing_due(
         self, queue: str, shard: str, priorities: Iterable[int], epoch: int, started: float
@@ -80,7 +103,10 @@ class EmptyPartitions:
         if self._marks >= MAX_MARKS:
             self._prune()
         marks = self._until.setdefault(queue, {})
+        found = self._found.get(queue, {})
         for priority in priorities:
+            if found.get((shard, priority), -1.0) >= started:  # jobs were there meanwhile
+                continue
             self._marks += (shard, priority) not in marks
             marks[(shard, priority)] = started + self.ttl
 
@@ -107,6 +133,7 @@ class EmptyPartitions:
             for queue in self._epochs:
                 self._epochs[queue] += 1
             self._until.clear()
+            self._found.clear()
             self._marks = 0
 
     def _prune(self) -> None:
@@ -117,7 +144,16 @@ class EmptyPartitions:
                 self._until[queue] = live
             else:
                 del self._until[queue]
-        self._marks = sum(len(marks) for marks in self._until.values())
+        for queue, found in list(self._found.items()):  # only calls still running need them
+            recent = {k: at for k, at in found.items() if at > now - self.ttl}
+            if recent:
+                self._found[queue] = recent
+            else:
+                del self._found[queue]
+        self._marks = sum(len(m) for m in self._until.values()) + sum(
+            len(f) for f in self._found.values()
+        )
         if self._marks >= MAX_MARKS:
             self._until.clear()
+            self._found.clear()
             self._marks = 0

@@ -605,6 +605,7 @@ class ShardedBackend:
                 self.jobs_may_be_due(queue, [lead])
             if jobs is not None:
                 run.add(lead, jobs, step=(1, lead))
+                run.buffered_since(1, lead)
         for priority in range(1, self.num_priorities + 1):
             if run.done:
                 break
@@ -885,10 +886,22 @@ class _DequeueRun:
         lock = broker.partition_lock(self.queue, name)  # None: not a partition it owns
         if lock is None:
             self._storage_step(priority, name)
+            self.buffered_since(priority, name)
             return
         with lock:  # no refill runs now: a job it reserves is in the buffer, not in between
             if not self._take_buffered(broker, priority, name):
                 self._storage_step(priority, name)
+
+    def buffered_since(self, priority: int, name: str) -> None:
+        """After a storage call made without the partition's lock: if this server came to own
+        the partition meanwhile, its first refill may have reserved what the call missed (the
+        refill holds the lock until its jobs are buffered), so take those too."""
+        broker = self.store.broker
+        lock = None if broker is None else broker.partition_lock(self.queue, name)
+        if broker is None or lock is None or self.done:
+            return
+        with lock:
+            self._take_buffered(broker, priority, name)
 
     def _take_buffered(self, broker: Broker, priority: int, name: str) -> bool:
         """Take the broker's buffered jobs of the partition at `priority` (older than what

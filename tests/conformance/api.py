@@ -44,6 +44,21 @@ class Api:
     def advance(self, ms: int) -> None:
         self.store.shift_clock(ms)
 
+    @contextlib.contextmanager
+    def from_storage(self, queue: str):
+        """Inside, the queue's dequeues go to storage: with the broker on, its prefetch is off
+        and its buffered jobs are back to PENDING (a test of what storage answers)."""
+        broker = self.store.broker
+        if broker is None:
+            yield
+            return
+        self.app.settings.change(queue, {"prefetch": 0}, "conformance")
+        broker.tick()
+        try:
+            yield
+        finally:
+            self.app.settings.change(queue, {"prefetch": None}, "conformance")
+
     def janitor(self, **overrides):
         settings = dict(
             claim_timeout_seconds=60,

@@ -73,6 +73,7 @@ def test_other_calls_on_a_full_shard_say_so_and_leave_it_healthy(api, queue):
     [waiting] = api.enqueue(queue, b"waiting")
     more_than_unhealthy = api.app.config.sharding.unhealthy_after_failures + 2
     with (
+        api.from_storage(queue),
         intercepted(api.store, "ack", fail_with=full),
         intercepted(api.store, "checkpoint", fail_with=full),
         intercepted(api.store, "dequeue", fail_with=full),

@@ -57,6 +57,24 @@ def test_a_call_that_raced_a_change_marks_nothing():
     assert not empty.skip("q", "a", 1), "a call that found jobs marks nothing"
 
 
+def test_an_empty_answer_next_to_a_call_that_found_jobs_marks_nothing():
+    """MySQL: a dequeue skips rows a concurrent one holds locked, so it can find nothing
+    while jobs remain behind the other's."""
+    clock = Clock()
+    empty = EmptyPartitions(TTL, clock)
+    started = clock.now  # a call begins...
+    clock.now += 0.001
+    empty.observed("q", "a", 1, 1, empty.epoch("q"), clock.now)  # ...another finds a job...
+    empty.observed("q", "a", 1, 0, empty.epoch("q"), started)  # ...then the first: nothing
+    assert not empty.skip("q", "a", 1)
+    empty.observed("q", "a", 2, 0, empty.epoch("q"), started)
+    assert empty.skip("q", "a", 2), "only the partition where jobs were found"
+    empty.observed("q", "a", 1, 0, empty.epoch("q"), clock.now + 0.001)
+    assert empty.skip("q", "a", 1), "a call that began after it marks as usual"
+    empty.found("q", "a", 1)  # a full prefetch there: maybe more
+    assert not empty.skip("q", "a", 1), "found jobs unmark the partition"
+
+
 def test_ttl_zero_never_skips_but_still_counts():
     empty = EmptyPartitions(0, Clock())
     empty.observed("q", "a", 1, 0, empty.epoch("q"), 0.0)

@@ -258,6 +258,8 @@ class Broker:
             )
             if len(jobs) < want:
                 empty.nothing_due(queue, shard, (priority,), epoch, started)
+            else:  # maybe more: no concurrent call's empty answer may mark it
+                empty.found(queue, shard, priority)
             got += self._keep(queue, shard, jobs)
         return got
 
