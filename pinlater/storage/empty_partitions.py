@@ -31,6 +31,7 @@ class EmptyPartitions:
         self._lock = threading.Lock()
         #: queue -> (shard, priority) -> when the mark expires
         self._until: dict[str, dict[tuple[str, int], float]] = {}
+        #: entries in `_until` and `_found` together (bounded by MAX_MARKS)
         self._marks = 0
         self._epochs: dict[str, int] = {}
         #: queue -> (shard, priority) -> when a call last found jobs there

@@ -897,8 +897,10 @@ class _DequeueRun:
         the partition meanwhile, its first refill may have reserved what the call missed (the
         refill holds the lock until its jobs are buffered), so take those too."""
         broker = self.store.broker
-        lock = None if broker is None else broker.partition_lock(self.queue, name)
-        if broker is None or lock is None or self.done:
+        if broker is None or self.done:
+            return
+        lock = broker.partition_lock(self.queue, name)
+        if lock is None:
             return
         with lock:
             self._take_buffered(broker, priority, name)
