@@ -48,7 +48,11 @@ from typing import Any
 
 from backends import sql_fifo
 from pinlater.storage.acks import AckGroup, AckOutcome, group_acks
-from pinlater.storage.claims import CLAIM_SOURCE_OFFSET, claim_matches
+from pinlater.storage.claims import (
+    CLAIM_SOURCE_OFFSET,
+    CLAIM_TOKEN_HEX_CHARS,
+    reserved_claim_matches,
+)
 from pinlater.storage.contract import (
     DELETE_STEP,
     MAX_LEASES_LISTED,
@@ -287,8 +291,14 @@ def _record(row: Sequence[Any], priority: int, body_size: int | None = None) -> 
 
 
 def _claim_params(match: ClaimMatch) -> dict[str, Any]:
-    """The claim guard's parameters (`claim = :claim OR (:claim IS NULL AND source part ...)`)."""
-    return {"claim": match.claim, "source": match.source, "source_pos": CLAIM_SOURCE_OFFSET + 1}
+    """The claim guard's parameters (`claim = :claim OR (:claim IS NULL AND source part ...)
+    OR (reserved AND the token part ...)`)."""
+    return {
+        "claim": match.claim,
+        "source": match.source,
+        "source_pos": CLAIM_SOURCE_OFFSET + 1,
+        "token_len": CLAIM_TOKEN_HEX_CHARS,
+    }
 
 
 #: per ack outcome, (statement, ledger counter) in the order they run: a failure ack is two
@@ -653,7 +663,7 @@ class SQLShard(Shard):
         return sum(
             1
             for local_id, held in rows
-            if claim_matches(held, matches[local_id].claim, matches[local_id].source)
+            if reserved_claim_matches(held, matches[local_id].claim, matches[local_id].source)
         )
 
     def dequeue_fifo(

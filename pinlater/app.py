@@ -189,6 +189,7 @@ class App:
             idle_seconds=broker_config.idle_seconds,
             write_behind_seconds=broker_config.write_behind_ms / 1000,
             low_water=broker_config.low_water,
+            max_limit=broker_config.max_limit,
         )
         owner = PartitionOwner(
             self.store,

@@ -202,6 +202,11 @@ class BrokerConfig:
     write_behind_ms: int = field(default=5, metadata=_range(1, 1000))
     #: a buffer is refilled once it holds fewer than this share of `prefetch`
     low_water: float = field(default=0.5, metadata=_range(0, 1))
+    #: dequeues asking for more jobs than this are throughput batches: their storage round
+    #: trip is spread over many jobs, and buffering for them would only add a write per job
+    #: (the hand-out), so they neither make the broker buffer a queue nor wait for it: they
+    #: take what is buffered first, then storage, their acks riding with it as without it
+    max_limit: int = field(default=32, metadata=_range(1, 100_000))
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,15 @@ local function pl_claim_ok(stored, mode, value)
   return string.sub(stored, PL_CLAIM_SOURCE_OFFSET + 1) == value
 end
 
+-- pl_claim_ok for a reserved job (prefetched, its hand-out not written yet): also an exact
+-- claim with the reservation's token, the claim a broker hands it out under (R-broker-claim),
+-- so an ack through any server applies before the hand-out is written.
+local function pl_reserved_claim_ok(stored, mode, value)
+  if pl_claim_ok(stored, mode, value) then return true end
+  local token = PL_CLAIM_SOURCE_OFFSET - 1
+  return mode == '1' and #value > token and string.sub(stored, 1, token) == string.sub(value, 1, token)
+end
+
 -- Character-aware truncation of UTF-8 text (string.sub counts bytes): a character starts at
 -- every byte that is not a continuation byte (0x80-0xBF).
 local function pl_keep_last_chars(s, cap)

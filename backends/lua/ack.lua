@@ -92,14 +92,16 @@ for g = 0, groups - 1 do
   local ra_retry = kind == 'F' and pl_move_args(moves, 'add', pl_ra_index(qprefix, prio, '0'))
   for _, id19 in ipairs(ids) do
     local s, aa, ar, ca, ra, ua, cl = pl_meta_parse(col.meta[id19])
-    if s == '1' and pl_claim_ok(cl, mode, match) then
+    local reserved = s == '1' and redis.call('ZSCORE', rsv, id19)
+    if s == '1' and (reserved and pl_reserved_claim_ok(cl, mode, match) or pl_claim_ok(cl, mode, match)) then
+      if mode == '1' then cl = match end  -- a reserved job takes its hand-out claim
       if status ~= '' then set_status(col, id19, pl_keep_last_chars(col.cs[id19] .. status, cap)) end
       local member = pl_member(tonumber(ra), id19)
       ra1_rem[#ra1_rem + 1] = member
       ua1_rem[#ua1_rem + 1] = id19
       rsv_rem[#rsv_rem + 1] = id19  -- a reserved job (hand-out not written yet) acked
       -- is handed out by the ack: counted as dequeued then (S-reserved-ack)
-      if redis.call('ZSCORE', rsv, id19) then booked.dequeued = booked.dequeued + 1 end
+      if reserved then booked.dequeued = booked.dequeued + 1 end
       if kind == 'F' and tonumber(ar) > 1 then
         local new_ra = pl_clamp_ra(now + delay)
         local n = #ra_retry

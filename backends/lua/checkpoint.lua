@@ -26,11 +26,14 @@ for i = 0, n - 1 do
   local prio, id19 = ARGV[base], ARGV[base + 1]
   local bkey, mkey, ckey = pl_job_keys(qprefix, prio)
   local s, aa, ar, ca, old_ra, ua, cl = pl_meta_parse(redis.call('HGET', mkey, id19))
-  if s == '1' and pl_claim_ok(cl, ARGV[base + 2], ARGV[base + 3]) then
+  local mode, match = ARGV[base + 2], ARGV[base + 3]
+  local reserved = s == '1' and redis.call('ZSCORE', pl_rsv_index(qprefix, prio), id19)
+  if s == '1' and (reserved and pl_reserved_claim_ok(cl, mode, match) or pl_claim_ok(cl, mode, match)) then
+    if mode == '1' then cl = match end  -- a reserved job takes its hand-out claim
     local ra = now
     if ARGV[base + 7] ~= '' then ra = pl_clamp_ra(tonumber(ARGV[base + 7])) end
     -- a reserved job checkpointed is handed out by it: counted as dequeued (S-reserved-ack)
-    if redis.call('ZSCORE', pl_rsv_index(qprefix, prio), id19) then handed = handed + 1 end
+    if reserved then handed = handed + 1 end
     pl_unindex(qprefix, prio, '1', pl_member(tonumber(old_ra), id19), id19)
     if ARGV[base + 6] == '1' then
       pl_index(qprefix, prio, '0', pl_member(ra, id19), id19, now)

@@ -592,7 +592,7 @@ class ShardedBackend:
         names = self._examined(coverage, self.placement.dequeue_shards(queue))
         healthy = [n for n in names if self.health.is_healthy(n)]
         claim = None if dry_run else new_claim(source)
-        acks = self._broker_first(queue, acks, claim)
+        acks = self._broker_first(queue, acks, claim, limit)
         lead = self._piggyback_lead(queue, acks, healthy, claim)  # applies acks that can't ride
         if not healthy:
             raise NoHealthyShards(f"no healthy shard to dequeue from (examined {names})")
@@ -612,18 +612,20 @@ class ShardedBackend:
             run.sweep(priority, healthy)
         return run.result(healthy)
 
-    def _broker_first(self, queue: str, acks, claim: str | None):
-        """With the broker on: note the demand, write pending hand-outs before acks are
-        applied, and apply acks on their own (not riding with a storage dequeue, which would
-        go ahead of the buffer). Returns the acks still to apply."""
+    def _broker_first(self, queue: str, acks, claim: str | None, limit: int):
+        """With the broker on: note the demand of a dequeue it buffers for (`Broker.wants`),
+        write pending hand-outs before acks are applied, and apply acks on their own while
+        the queue has buffered jobs or this server buffers for it (riding with a storage
+        dequeue, they would go ahead of the buffer). Returns the acks still to apply."""
         broker = self.broker
         if broker is None:
             return acks
-        if claim is not None:
+        wanted = broker.wants(limit)
+        if claim is not None and wanted:
             broker.note_demand(queue)
         if acks is not None:
             broker.flush_for(queue, _refs(acks[0], acks[1]))
-            if (acks[0] or acks[1]) and broker.owned():
+            if (acks[0] or acks[1]) and (broker.buffered(queue) or (wanted and broker.owned())):
                 self.ack(queue, *acks)
                 return None
         return acks

@@ -42,6 +42,10 @@ class Api:
         return self.store.shard(self.store.shard_names()[0]).now_ms()
 
     def advance(self, ms: int) -> None:
+        """Time passes: with the broker on, the hand-outs it writes behind (within
+        milliseconds of real time) are written first, at the time they were made."""
+        if self.store.broker is not None:
+            self.store.broker.flush()
         self.store.shift_clock(ms)
 
     @contextlib.contextmanager

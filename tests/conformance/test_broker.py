@@ -11,6 +11,8 @@ import time
 import pytest
 
 from pinlater.idl import pinlater_thrift as t
+from pinlater.storage.descriptors import JobDescriptor
+from pinlater.storage.models import Ack, ClaimMatch
 from tests.conformance.wire import loopback_client
 
 PREFETCH = 5
@@ -155,3 +157,52 @@ def test_a_parked_dequeue_gets_a_job_the_broker_buffers(api, brokered):
     parked.join(15)
     assert list(answer["r"].jobs) == [job]
     assert time.monotonic() - started < 5, "woken, not timed out"
+
+
+@pytest.mark.rule("R-broker-claim", "S-reserved-ack")
+def test_an_ack_through_a_server_that_never_saw_the_hand_out_applies(api, brokered):
+    """The worker's ack reaches storage through another server (here: the shard itself,
+    which knows nothing of this broker's pending hand-outs) before the hand-out is written:
+    the hand-out claim matches the reservation, so the ack applies and the late hand-out is
+    a no-op."""
+    queue = brokered
+    api.enqueue(queue, *[b"j%d" % i for i in range(4)])
+    api.dequeue(queue, 1)
+    wait_buffered(api, queue, 3)
+    handouts = api.app.store.broker.handouts
+    interval, handouts.interval = handouts.interval, 30.0  # the write-behind waits
+    try:
+        before = served_now(api)
+        descriptor, claim = one(api.dequeue(queue, 1, source="worker:w1"))
+        assert served_now(api) - before == 1 and handouts.pending() == 1
+        d = JobDescriptor.parse(descriptor)
+        applied = api.store.shard(d.shard).ack(
+            queue, [Ack(d.priority, d.local_id, ClaimMatch("worker:w1", claim))], []
+        )
+        assert applied == 1
+    finally:
+        handouts.interval = interval
+    refused = handouts.stats.refused
+    api.app.store.broker.flush()
+    assert handouts.stats.refused == refused + 1, "the late hand-out found no reservation"
+    info = api.job(descriptor, include_body=False)
+    assert (info.jobState, info.claimDescriptor) == (SUCCEEDED, claim)
+
+
+@pytest.mark.rule("R-broker-serve")
+def test_a_throughput_batch_neither_waits_for_nor_fills_the_broker(api, brokered):
+    """A dequeue of more than `broker.max_limit` jobs is answered from storage with its acks
+    in the same call, and makes this server buffer nothing of the queue."""
+    queue = brokered
+    broker = api.app.store.broker
+    large = broker.max_limit + 1
+    ids = api.enqueue(queue, *[b"j%d" % i for i in range(2 * large)])
+    first = api.dequeue(queue, large)
+    assert len(first.jobs) == large
+    ack = api.ack_request(queue, succeeded=list(first.jobs))
+    second = api.dequeue(queue, large, ack=ack)
+    assert len(second.jobs) == large and set(first.jobs) | set(second.jobs) == set(ids)
+    assert {api.state(d) for d in first.jobs} == {SUCCEEDED}
+    time.sleep(0.3)  # a lease pass or refill, had the queue become demand
+    assert queue not in broker.demanded() and broker.buffered(queue) == 0
+    assert not any(q == queue for q, _ in broker.owned())

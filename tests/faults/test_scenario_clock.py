@@ -32,8 +32,10 @@ def skewed_env() -> dict[str, str]:
     }
 
 
-def run_skewed(make_rig, kind: str):
-    rig = make_rig("F9", kind, janitor={"interval_seconds": 0.05, "claim_timeout_seconds": 2.0})
+def run_skewed(make_rig, kind: str, **options):
+    rig = make_rig(
+        "F9", kind, janitor={"interval_seconds": 0.05, "claim_timeout_seconds": 2.0}, **options
+    )
     first = rig.start_server()
     rig.start_server(env=skewed_env())  # same storage, clock ten minutes ahead, busy janitor
     rig.fault("clock_skew")
@@ -62,7 +64,9 @@ def test_f9_a_server_with_a_skewed_clock_reclaims_no_healthy_claim(make_rig, kin
 
 
 def test_f9_negative_control_sqlite_follows_the_process_clock(make_rig):
-    rig, report, reclaimed = run_skewed(make_rig, "sqlite")
+    # never with the broker: a skewed SQLite janitor also returns reservations early, so the
+    # jobs' attempts say nothing about the claims it broke (an unsupported setup either way)
+    rig, report, reclaimed = run_skewed(make_rig, "sqlite", broker=False)
     rig.finish(
         report,
         note=f"server clock {SKEW}: {reclaimed} healthy claims reclaimed "

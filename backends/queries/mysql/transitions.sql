@@ -57,15 +57,21 @@ LIMIT :limit
 -- name: ack_success
 -- IN_PROGRESS jobs with a matching claim -> SUCCEEDED; append status; the claim stays for
 -- lookups. One statement per group of acks sharing status and claim (pinlater/storage/acks.py).
+-- A reserved job (prefetched, its hand-out not written yet) is acked as a handed-out one, also
+-- under a claim with its reservation's token (a broker's hand-out claim, R-broker-claim), which
+-- then becomes its claim; every ack and checkpoint ends its reservation.
 UPDATE {table}
 SET state = 2,
     custom_status = RIGHT(CONCAT(custom_status, :status), :cap),
+    claim = COALESCE(:claim, claim),
     updated_at = :now,
     reserved_until = NULL
 WHERE local_id IN ({ids}) AND state = 1
   AND (CAST(claim AS BINARY) = CAST(:claim AS BINARY)
        OR (:claim IS NULL
-           AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY)))
+           AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY))
+       OR (reserved_until IS NOT NULL
+           AND CAST(LEFT(claim, :token_len) AS BINARY) = CAST(LEFT(:claim, :token_len) AS BINARY)))
 
 -- name: ack_failure_retry
 -- IN_PROGRESS jobs with a matching claim and more than one attempt left -> PENDING (one
@@ -82,7 +88,9 @@ SET state = 0,
 WHERE local_id IN ({ids}) AND state = 1 AND attempts_remaining > 1
   AND (CAST(claim AS BINARY) = CAST(:claim AS BINARY)
        OR (:claim IS NULL
-           AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY)))
+           AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY))
+       OR (reserved_until IS NOT NULL
+           AND CAST(LEFT(claim, :token_len) AS BINARY) = CAST(LEFT(:claim, :token_len) AS BINARY)))
 
 -- name: ack_failure_final
 -- IN_PROGRESS jobs with a matching claim and at most one attempt left -> FAILED with none
@@ -90,13 +98,16 @@ WHERE local_id IN ({ids}) AND state = 1 AND attempts_remaining > 1
 UPDATE {table}
 SET state = 3,
     custom_status = RIGHT(CONCAT(custom_status, :status), :cap),
+    claim = COALESCE(:claim, claim),
     updated_at = :now,
     reserved_until = NULL,
     attempts_remaining = 0
 WHERE local_id IN ({ids}) AND state = 1 AND attempts_remaining <= 1
   AND (CAST(claim AS BINARY) = CAST(:claim AS BINARY)
        OR (:claim IS NULL
-           AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY)))
+           AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY))
+       OR (reserved_until IS NOT NULL
+           AND CAST(LEFT(claim, :token_len) AS BINARY) = CAST(LEFT(:claim, :token_len) AS BINARY)))
 
 -- name: checkpoint
 -- IN_PROGRESS with a matching claim: new state (:state 1 stays, 0 moves to PENDING and clears
@@ -107,14 +118,16 @@ SET state = :state,
     body = COALESCE(:body, body),
     attempts_allowed = COALESCE(:attempts, attempts_allowed),
     custom_status = LEFT(CONCAT(:status, custom_status), :cap),
-    claim = CASE WHEN :state = 0 THEN NULL ELSE claim END,
+    claim = CASE WHEN :state = 0 THEN NULL ELSE COALESCE(:claim, claim) END,
     updated_at = :now,
     reserved_until = NULL,
     attempts_remaining = COALESCE(:attempts, attempts_remaining)
 WHERE local_id = :id AND state = 1
   AND (CAST(claim AS BINARY) = CAST(:claim AS BINARY)
        OR (:claim IS NULL
-           AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY)))
+           AND CAST(SUBSTRING(claim, :source_pos) AS BINARY) = CAST(:source AS BINARY))
+       OR (reserved_until IS NOT NULL
+           AND CAST(LEFT(claim, :token_len) AS BINARY) = CAST(LEFT(:claim, :token_len) AS BINARY)))
 
 -- name: retry_failed
 -- Up to :limit FAILED jobs, oldest run_after first, back to PENDING with :remaining attempts.

@@ -10,9 +10,10 @@ rate limits (applied before, to the limit) and piggy-backed acks (applied before
 
 Correctness never depends on ownership: every job is claimed atomically in storage, so two
 servers that both believe they own a partition hand out different jobs. A job served from the
-buffer gets the dequeue's own claim (which names the worker's source, so acks without a claim
-match as without the broker) and becomes an ordinary IN_PROGRESS claim under it when its
-hand-out is written behind (`HandOuts`): its claim timeout counts from then. Refills follow
+buffer gets a claim naming the dequeue's source (so acks without a claim match as without the
+broker) with its reservation's token (so an ack with it applies through any server before the
+hand-out is written, `handed_claim`), and becomes an ordinary IN_PROGRESS claim under it when
+its hand-out is written behind (`HandOuts`): its claim timeout counts from then. Refills follow
 demand (a partition is refilled only while this server served dequeues of its queue within
 `idle_seconds`), so a server without workers hoards nothing; buffered jobs idle longer than
 `idle_seconds` are released, and `close` releases all.
@@ -32,7 +33,7 @@ from typing import Any
 from pinlater.errors import PinLaterError, QueueNotFound
 from pinlater.storage.broker.buffer import PartitionBuffer
 from pinlater.storage.broker.handouts import HandOuts
-from pinlater.storage.claims import new_claim
+from pinlater.storage.claims import handed_claim, new_claim
 from pinlater.storage.contract import ByteBudget
 from pinlater.storage.models import DequeuedJob
 
@@ -54,11 +55,14 @@ class Broker:
         idle_seconds: float,
         write_behind_seconds: float,
         low_water: float,
+        max_limit: int = 32,
         refill_threads: int = 2,
         clock: Callable[[], float] = time.monotonic,
     ):
-        """`store`: the ShardedBackend (its `call`, `empty`, `signals`, `num_priorities`)."""
+        """`store`: the ShardedBackend (its `call`, `empty`, `signals`, `num_priorities`);
+        `max_limit`: the largest dequeue that counts as demand (`wants`)."""
         self.store = store
+        self.max_limit = max_limit
         self.server_id = server_id
         self.prefetch_for = prefetch_for
         self.hold_ms = hold_ms
@@ -125,6 +129,12 @@ class Broker:
 
     # ---------------------------------------------------------------- serving
 
+    def wants(self, limit: int) -> bool:
+        """Whether a dequeue of `limit` jobs is one the broker buffers for: small, latency-bound
+        ones. A larger batch spreads its storage round trip over many jobs, and serving it from
+        a buffer would only add a write per job (the hand-out)."""
+        return limit <= self.max_limit
+
     def note_demand(self, queue: str) -> None:
         """A dequeue of `queue` reached this server (refills follow demand)."""
         now = self.clock()
@@ -161,10 +171,14 @@ class Broker:
         if not jobs:
             return jobs
         self.served += len(jobs)
-        self.handouts.add(
-            (queue, shard, priority, claim), [(job.local_id, job.claim or "") for job in jobs]
-        )
-        return [replace(job, claim=claim) for job in jobs]
+        handed: dict[str, list[DequeuedJob]] = defaultdict(list)  # one per prefetch served
+        for job in jobs:
+            handed[handed_claim(job.claim or "", claim)].append(job)
+        for given, group in handed.items():
+            self.handouts.add(
+                (queue, shard, priority, given), [(job.local_id, job.claim or "") for job in group]
+            )
+        return [replace(job, claim=handed_claim(job.claim or "", claim)) for job in jobs]
 
     def partition_lock(self, queue: str, shard: str) -> threading.Lock | None:
         """The lock a dequeue holds while it asks storage for an owned partition (`None`: not

@@ -9,7 +9,7 @@ import functools
 import threading
 from collections import Counter
 
-from pinlater.storage.claims import claim_source, new_claim
+from pinlater.storage.claims import claim_source, handed_claim, new_claim
 from pinlater.storage.contract import ByteBudget
 from pinlater.storage.models import Ack, Checkpoint, ClaimMatch, DequeuedJob
 from pinlater.storage.shard_kit.kit import (
@@ -218,6 +218,30 @@ def a_checkpoint_of_a_reserved_job_hands_it_out(kit: Kit) -> None:
     record = kit.record(1)
     assert (record.state, record.claim, record.custom_status) == (IN_PROGRESS, job.claim, "seen")
     assert kit.shard.release(QUEUE, 1, refs([job])) == 0
+
+
+@check(rule=("S-reserved-ack", "R-broker-claim"))
+def a_claim_with_the_reservations_token_acks_it_before_the_hand_out(kit: Kit) -> None:
+    """A broker hands a buffered job out under `handed_claim` (the reservation's token, the
+    worker's source); a server that never saw the hand-out applies the worker's ack or
+    checkpoint with that claim, and the job takes it. Another token, or the token once the
+    reservation has ended, matches nothing."""
+    kit.enqueue(b"acked", b"checkpointed", b"other", b"ended")
+    acked, checkpointed, other, ended = prefetch(kit)
+    given = handed_claim(acked.claim or "", new_claim(SOURCE))
+    assert claim_source(given) == SOURCE and given != acked.claim
+    assert kit.ack(succeeded=[Ack(1, acked.local_id, ClaimMatch(SOURCE, given))]) == 1
+    assert kit.checkpoint(Checkpoint(1, checkpointed.local_id, ClaimMatch(SOURCE, given))) == 1
+    foreign = handed_claim(new_claim(BROKER), new_claim(SOURCE))
+    assert kit.ack(succeeded=[Ack(1, other.local_id, ClaimMatch(SOURCE, foreign))]) == 0
+    assert kit.shard.hand_out(QUEUE, 1, refs([ended]), new_claim(SOURCE)) == 1
+    assert kit.ack(succeeded=[Ack(1, ended.local_id, ClaimMatch(SOURCE, given))]) == 0
+    done, kept, still, handed = kit.records([1, 2, 3, 4])
+    assert (done.state, done.claim) == (SUCCEEDED, given)
+    assert (kept.state, kept.claim) == (IN_PROGRESS, given)
+    assert (still.state, handed.state) == (PENDING, IN_PROGRESS)  # `other` is still reserved
+    assert kit.shard.hand_out(QUEUE, 1, refs([acked, checkpointed]), given) == 0
+    assert kit.ack(succeeded=[Ack(1, checkpointed.local_id, ClaimMatch(SOURCE, given))]) == 1
 
 
 def nonzero(kit: Kit) -> dict[str, int]:
