@@ -12,18 +12,18 @@ SHARDS = 8
 
 
 @contextlib.contextmanager
-def eight_shards(kind: str, tmp: Path) -> Iterator[tuple[str, dict, list]]:
-    """(kind, backend options, shard entries) of 8 shards on fresh storage."""
+def eight_shards(kind: str, tmp: Path, count: int = SHARDS) -> Iterator[tuple[str, dict, list]]:
+    """(kind, backend options, shard entries) of `count` (8) shards on fresh storage."""
     if kind == "sqlite":
-        yield kind, {"data_dir": str(tmp / "data")}, [{"name": f"s{i}"} for i in range(SHARDS)]
+        yield kind, {"data_dir": str(tmp / "data")}, [{"name": f"s{i}"} for i in range(count)]
         return
     if kind == "redis":
         from tests.support.redis_env import running_server
 
         with running_server(tmp / "redis") as server:
-            yield kind, {}, [server.shard(f"s{i}") for i in range(SHARDS)]
+            yield kind, {}, [server.shard(f"s{i}") for i in range(count)]
         return
     from tests.support.mysql_env import running_server as mariadb
 
     with mariadb(tmp / "mariadb") as server:
-        yield kind, {}, [server.shard("s", databases_per_queue=SHARDS)]
+        yield kind, {}, [server.shard("s", databases_per_queue=count)]

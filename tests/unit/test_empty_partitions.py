@@ -1,6 +1,8 @@
 """The empty-partition map (pinlater/storage/empty_partitions.py): what it marks and forgets,
-and, with several servers' stores over the same SQLite shards and enqueues mixed across them
-(Hypothesis), that it never hides a job longer than its TTL."""
+and, with several servers' stores over the same two shards of each backend (SQLite files, a
+throwaway redis-server, a throwaway mariadbd: MySQL's SKIP LOCKED once let an empty answer race
+a call that found jobs) and enqueues mixed across them (Hypothesis), that it never hides a job
+longer than its TTL."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.sqlite import SQLiteBackend
+from backends import backend_class
 from pinlater.storage.contract import StorageLimits
 from pinlater.storage.empty_partitions import EmptyPartitions
 from pinlater.storage.models import NewJob
 from pinlater.storage.sharded import ShardedBackend
+from tests.support.many_shards import eight_shards
 
 TTL = 2.0
 PRIORITIES = 2
@@ -82,26 +85,27 @@ def test_ttl_zero_never_skips_but_still_counts():
     assert empty.empty_calls == 1
 
 
-@pytest.fixture
-def servers(tmp_path):
-    """Three stores (three servers) over the same two SQLite shards, their maps on one
-    fake clock."""
-    options = SQLiteBackend.parse_options({"data_dir": str(tmp_path)}, "backend")
-    specs = SQLiteBackend.parse_shards([{"name": "a"}, {"name": "b"}], options, "shards")
-    clock = Clock()
-    stores = []
-    for seed in range(3):
-        store = ShardedBackend(
-            SQLiteBackend(options, StorageLimits(num_priorities=PRIORITIES)),
-            specs,
-            num_priorities=PRIORITIES,
-            rng=random.Random(seed),
-        )
-        store.empty = EmptyPartitions(TTL, clock)
-        stores.append(store)
-    yield stores, clock
-    for store in stores:
-        store.close()
+@pytest.fixture(params=["sqlite", "redis", "mysql"])
+def servers(request, tmp_path):
+    """Three stores (three servers) over the same two shards, their maps on one fake clock."""
+    with eight_shards(request.param, tmp_path, count=2) as (kind, options, entries):
+        cls = backend_class(kind)
+        parsed = cls.parse_options(options, "backend")
+        specs = cls.parse_shards(entries, parsed, "shards")
+        clock = Clock()
+        stores = []
+        for seed in range(3):
+            store = ShardedBackend(
+                cls(parsed, StorageLimits(num_priorities=PRIORITIES)),
+                specs,
+                num_priorities=PRIORITIES,
+                rng=random.Random(seed),
+            )
+            store.empty = EmptyPartitions(TTL, clock)
+            stores.append(store)
+        yield stores, clock
+        for store in stores:
+            store.close()
 
 
 _OPS = st.one_of(
