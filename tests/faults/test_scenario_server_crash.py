@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.faults import checker
-from tests.faults.harness import outcome_of
+from tests.faults.harness import BROKER, outcome_of
 from tests.faults.proxy import FaultProxy
 from tests.faults.storage import KINDS
 from worker_sdk.errors import PinLaterError
@@ -142,24 +142,14 @@ def _delivered(rig) -> int:
     return sum(1 for r in rig.worker_records() if r["op"] == "deliver")
 
 
-#: a broker that buffers most of the queue, with holds short enough for a scenario
-BROKER = {
-    "default_prefetch": 40,
-    "hold_seconds": 3,
-    "idle_seconds": 1.5,
-    "lease_seconds": 1.5,
-    "renew_seconds": 0.3,
-}
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_f2b_broker_server_killed_with_buffered_jobs_uses_no_attempt(make_rig, kind):
     """F2 with the prefetching broker on: the server is killed while its buffers hold jobs
     (reserved in storage, not handed out) and workers are under way; restarted (broker on
     again), everything drains with no job lost and, strictly, no attempt used by a job that
     was only buffered (the janitor returns those after the hold)."""
-    rig = make_rig("F2b", kind)
-    server = rig.start_server(broker=BROKER)
+    rig = make_rig("F2b", kind, broker=True)
+    server = rig.start_server()
     rig.create_queue()
     rig.enqueue(300)
     rig.baseline(server)
