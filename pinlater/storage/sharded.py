@@ -8,6 +8,7 @@ map. Inputs are already validated by the service layer; outputs are plain models
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import re
@@ -805,11 +806,20 @@ class ShardedBackend:
     def delete_jobs(
         self, queue: str, state: JobState, priority: int, limit: int, body_filter: BodyFilter | None
     ) -> int:
-        return self._sequential(
-            lambda s, left: s.delete_jobs(queue, state, priority, left, body_filter),
-            limit,
-            self.read_shards(queue),
-        )
+        """With the broker on, a delete first writes the queue's pending hand-outs (a job
+        this server handed out is IN_PROGRESS, not the reservation storage would delete as
+        PENDING), and a delete of PENDING jobs takes the priority's buffered jobs back
+        (`Broker.held_back`): a deleted reservation is never served."""
+        held: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        if self.broker is not None and state == JobState.PENDING:
+            held = self.broker.held_back(queue, priority)
+        with held:
+            self._handed_out_first(queue)
+            return self._sequential(
+                lambda s, left: s.delete_jobs(queue, state, priority, left, body_filter),
+                limit,
+                self.read_shards(queue),
+            )
 
     # ---------------------------------------------------------------- helpers
 

@@ -21,11 +21,12 @@ demand (a partition is refilled only while this server served dequeues of its qu
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -179,6 +180,26 @@ class Broker:
                 (queue, shard, priority, given), [(job.local_id, job.claim or "") for job in group]
             )
         return [replace(job, claim=handed_claim(job.claim or "", claim)) for job in jobs]
+
+    @contextlib.contextmanager
+    def held_back(self, queue: str, priority: int) -> Iterator[None]:
+        """Around a delete of PENDING jobs of `queue` at `priority`, which takes reserved jobs
+        too (S-prefetch): none of them may stay buffered, to be served after it is gone. Holds
+        the queue's partition locks (in order: no refill reserves meanwhile) and releases
+        their buffered jobs of that priority first; refills follow afterwards."""
+        partitions = sorted(p for p in self.owned() if p[0] == queue)
+        with contextlib.ExitStack() as stack:
+            for partition in partitions:
+                buffer = self._buffers.get(partition)
+                if buffer is None:
+                    continue
+                stack.enter_context(buffer.lock)
+                with self._lock:
+                    jobs = buffer.drain(priority)
+                self._release(queue, partition[1], jobs)
+            yield
+        for partition in partitions:
+            self._maybe_refill(*partition)
 
     def partition_lock(self, queue: str, shard: str) -> threading.Lock | None:
         """The lock a dequeue holds while it asks storage for an owned partition (`None`: not

@@ -82,8 +82,13 @@ class PartitionBuffer:
         self.size -= len(out)
         return out
 
-    def drain(self) -> list[DequeuedJob]:
-        """Remove and return every job (the broker stops or loses the partition)."""
+    def drain(self, priority: int | None = None) -> list[DequeuedJob]:
+        """Remove and return every job (the broker stops or loses the partition), or every
+        job of `priority`."""
+        if priority is not None:
+            out = [item.job for item in self._levels.pop(priority, ())]
+            self.size -= len(out)
+            return out
         out = [item.job for level in self._levels.values() for item in level]
         self._levels.clear()
         self.size = 0
