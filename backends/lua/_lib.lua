@@ -116,11 +116,10 @@ local function pl_claim_ok(stored, mode, value)
   return string.sub(stored, PL_CLAIM_SOURCE_OFFSET + 1) == value
 end
 
--- pl_claim_ok for a reserved job (prefetched, its hand-out not written yet): also an exact
--- claim with the reservation's token, the claim a broker hands it out under (R-broker-claim),
--- so an ack through any server applies before the hand-out is written.
-local function pl_reserved_claim_ok(stored, mode, value)
-  if pl_claim_ok(stored, mode, value) then return true end
+-- What a reserved job (prefetched, its hand-out not written yet) also matches besides
+-- pl_claim_ok: an exact claim with the reservation's token, the claim a broker hands it out
+-- under (R-broker-claim), so an ack through any server applies before the hand-out is written.
+local function pl_token_ok(stored, mode, value)
   local token = PL_CLAIM_SOURCE_OFFSET - 1
   return mode == '1' and #value > token and string.sub(stored, 1, token) == string.sub(value, 1, token)
 end

@@ -93,7 +93,7 @@ for g = 0, groups - 1 do
   for _, id19 in ipairs(ids) do
     local s, aa, ar, ca, ra, ua, cl = pl_meta_parse(col.meta[id19])
     local reserved = s == '1' and redis.call('ZSCORE', rsv, id19)
-    if s == '1' and (reserved and pl_reserved_claim_ok(cl, mode, match) or pl_claim_ok(cl, mode, match)) then
+    if s == '1' and (pl_claim_ok(cl, mode, match) or (reserved and pl_token_ok(cl, mode, match))) then
       if mode == '1' then cl = match end  -- a reserved job takes its hand-out claim
       if status ~= '' then set_status(col, id19, pl_keep_last_chars(col.cs[id19] .. status, cap)) end
       local member = pl_member(tonumber(ra), id19)

@@ -28,7 +28,7 @@ for i = 0, n - 1 do
   local s, aa, ar, ca, old_ra, ua, cl = pl_meta_parse(redis.call('HGET', mkey, id19))
   local mode, match = ARGV[base + 2], ARGV[base + 3]
   local reserved = s == '1' and redis.call('ZSCORE', pl_rsv_index(qprefix, prio), id19)
-  if s == '1' and (reserved and pl_reserved_claim_ok(cl, mode, match) or pl_claim_ok(cl, mode, match)) then
+  if s == '1' and (pl_claim_ok(cl, mode, match) or (reserved and pl_token_ok(cl, mode, match))) then
     if mode == '1' then cl = match end  -- a reserved job takes its hand-out claim
     local ra = now
     if ARGV[base + 7] ~= '' then ra = pl_clamp_ra(tonumber(ARGV[base + 7])) end

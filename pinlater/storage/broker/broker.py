@@ -56,7 +56,7 @@ class Broker:
         idle_seconds: float,
         write_behind_seconds: float,
         low_water: float,
-        max_limit: int = 32,
+        max_limit: int,
         refill_threads: int = 2,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -172,14 +172,13 @@ class Broker:
         if not jobs:
             return jobs
         self.served += len(jobs)
-        handed: dict[str, list[DequeuedJob]] = defaultdict(list)  # one per prefetch served
-        for job in jobs:
-            handed[handed_claim(job.claim or "", claim)].append(job)
-        for given, group in handed.items():
-            self.handouts.add(
-                (queue, shard, priority, given), [(job.local_id, job.claim or "") for job in group]
-            )
-        return [replace(job, claim=handed_claim(job.claim or "", claim)) for job in jobs]
+        given = [handed_claim(job.claim or "", claim) for job in jobs]
+        groups: dict[str, list[tuple[int, str]]] = defaultdict(list)  # one per prefetch served
+        for job, handed in zip(jobs, given, strict=True):
+            groups[handed].append((job.local_id, job.claim or ""))
+        for handed, items in groups.items():
+            self.handouts.add((queue, shard, priority, handed), items)
+        return [replace(job, claim=handed) for job, handed in zip(jobs, given, strict=True)]
 
     @contextlib.contextmanager
     def held_back(self, queue: str, priority: int) -> Iterator[None]:
