@@ -44,18 +44,15 @@ class Api:
     def advance(self, ms: int) -> None:
         """Time passes: with the broker on, the hand-outs it writes behind (within
         milliseconds of real time) are written first, at the time they were made, and when
-        `ms` outlasts `broker.idle_seconds`, the buffered jobs are released first, as the
-        broker does with jobs idle that long (well before their reservations expire in
-        storage, which the shifted clock would otherwise do at once)."""
+        `ms` outlasts `broker.idle_seconds`, the broker idles out first (`Broker.idle_out`), as
+        it would in that time without a dequeue: its buffered jobs are released and no refill
+        reserves more at the old time (reservations whose hold the shifted clock would expire
+        at once, to be served after the janitor gave them back)."""
         broker = self.store.broker
         if broker is not None:
             broker.flush()
             if ms >= broker.idle_seconds * 1000:
-                idle, broker.idle_seconds = broker.idle_seconds, 0.0
-                try:
-                    broker.tick()
-                finally:
-                    broker.idle_seconds = idle
+                broker.idle_out()
         self.store.shift_clock(ms)
 
     @contextlib.contextmanager

@@ -200,6 +200,22 @@ class Broker:
         for partition in partitions:
             self._maybe_refill(*partition)
 
+    def idle_out(self) -> None:
+        """What `idle_seconds` without a dequeue does to this server: the demand is forgotten
+        (no refill follows until the next dequeue) and every buffered job is released; a refill
+        in flight finishes first. Drills and tests that move the clock past `idle_seconds`
+        call it first, so no reservation outlives its hold in the moved clock while buffered."""
+        with self._lock:
+            self._demand.clear()
+        for partition in sorted(self.owned()):
+            buffer = self._buffers.get(partition)
+            if buffer is None:
+                continue
+            with buffer.lock:
+                with self._lock:
+                    jobs = buffer.drain()
+            self._release(*partition, jobs)
+
     def partition_lock(self, queue: str, shard: str) -> threading.Lock | None:
         """The lock a dequeue holds while it asks storage for an owned partition (`None`: not
         owned); a refill holds it while it prefetches."""
@@ -239,8 +255,7 @@ class Broker:
     def _maybe_refill(self, queue: str, shard: str) -> None:
         with self._lock:
             buffer = self._buffers.get((queue, shard))
-            recent = self._demand.get(queue, -1e18) >= self.clock() - self.idle_seconds
-            if buffer is None or buffer.refilling or not recent or self._closed:
+            if buffer is None or buffer.refilling or not self._recent(queue) or self._closed:
                 return
             if buffer.size >= self._low_mark(queue):
                 return
@@ -250,13 +265,18 @@ class Broker:
         except RuntimeError:  # shut down
             buffer.refilling = False
 
+    def _recent(self, queue: str) -> bool:
+        """This server served a dequeue of `queue` within `idle_seconds`."""
+        return self._demand.get(queue, -1e18) >= self.clock() - self.idle_seconds
+
     def _refill(self, queue: str, shard: str) -> None:
         got = 0
         buffer = self._buffers.get((queue, shard))
         try:
             if buffer is not None:
                 with buffer.lock:
-                    got = self._fill(queue, shard)
+                    if self._recent(queue):  # still: demand may have gone while it waited
+                        got = self._fill(queue, shard)
         except QueueNotFound:  # deleted: its buffer goes (its jobs went with the queue)
             with self._lock:
                 self._buffers.pop((queue, shard), None)
