@@ -51,6 +51,7 @@ from pinlater.storage.acks import AckGroup, AckOutcome, group_acks
 from pinlater.storage.claims import (
     CLAIM_SOURCE_OFFSET,
     CLAIM_TOKEN_HEX_CHARS,
+    reserved_claim_matches,
 )
 from pinlater.storage.contract import (
     DELETE_STEP,
@@ -652,6 +653,19 @@ class SQLShard(Shard):
                 self._book(cur, queue, dequeued=changed)  # S-prefetch: counted at hand-out
         return changed
 
+    def _reserved_matching(
+        self, cur: Any, table: tuple[str, ...], matches: Mapping[int, ClaimMatch]
+    ) -> int:
+        """How many of the jobs (local id -> the claim an ack or checkpoint must hold) are
+        reserved under a matching claim: the ack or checkpoint hands them out, so they count
+        as dequeued (S-reserved-ack)."""
+        rows = self._by_ids(cur, "reserved_by_ids", table, list(matches), {})[1]
+        return sum(
+            1
+            for local_id, held in rows
+            if reserved_claim_matches(held, matches[local_id].claim, matches[local_id].source)
+        )
+
     def dequeue_fifo(
         self,
         queue: str,
@@ -792,22 +806,11 @@ class SQLShard(Shard):
             for group in groups:
                 table = self._job_table(cur, queue, group.priority)
                 params = {**self._ack_params(group), **clock}
-                left = len(set(group.local_ids))
-                for reserved in (0, 1):  # reservations only for the ids left (S-reserved-ack)
-                    if left <= 0:
-                        break
-                    for name, counter in _ACK_QUERIES[group.outcome]:
-                        changed = self._by_ids(
-                            cur,
-                            name,
-                            table,
-                            group.local_ids,
-                            {**params, "reserved": reserved},
-                            clocked,
-                        )[0]
-                        counts[counter] += changed
-                        counts["dequeued"] += changed * reserved
-                        left -= changed
+                matches = dict.fromkeys(group.local_ids, group.match)
+                counts["dequeued"] += self._reserved_matching(cur, table, matches)
+                for name, counter in _ACK_QUERIES[group.outcome]:
+                    changed = self._by_ids(cur, name, table, group.local_ids, params, clocked)[0]
+                    counts[counter] += changed
             self._book(cur, queue, **counts)
         return sum(n for name, n in counts.items() if name != "dequeued")
 
@@ -845,16 +848,12 @@ class SQLShard(Shard):
                     }
                     for c in group
                 ]
-                sql = self._sql("checkpoint", table)
-                cur.executemany(sql, [{**row, "reserved": 0} for row in rows])
-                done = max(cur.rowcount, 0)
-                if done < len(rows):  # reservations only then (S-reserved-ack)
-                    cur.executemany(sql, [{**row, "reserved": 1} for row in rows])
-                    handed = max(cur.rowcount, 0)
-                    done += handed
-                    if handed:
-                        self._book(cur, queue, dequeued=handed)
-                applied += done
+                matches = {c.local_id: c.match for c in group}
+                handed = self._reserved_matching(cur, table, matches)
+                cur.executemany(self._sql("checkpoint", table), rows)
+                applied += max(cur.rowcount, 0)
+                if handed:
+                    self._book(cur, queue, dequeued=handed)
         return applied
 
     def lookup(

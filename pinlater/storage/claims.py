@@ -26,10 +26,18 @@ def claim_source(claim: str) -> str:
 def handed_claim(reserved: str, claim: str) -> str:
     """The claim a broker hands a buffered job out under: the token of the claim it is
     reserved under (`reserved`, its prefetch's) with the source of the dequeue's `claim`. An
-    ack or checkpoint carrying it matches the reservation itself (each backend's guard),
+    ack or checkpoint carrying it matches the reservation itself (`reserved_claim_matches`),
     so it applies through any server before the hand-out is written (docs/semantics.md
     R-broker-claim, S-reserved-ack)."""
     return f"{reserved[:CLAIM_TOKEN_HEX_CHARS]}:{claim_source(claim)}"
+
+
+def reserved_claim_matches(stored: str | None, claim: str | None, source: str) -> bool:
+    """`claim_matches` for a reserved job: also a claim with the reservation's token."""
+    if claim_matches(stored, claim, source):
+        return True
+    token = CLAIM_TOKEN_HEX_CHARS
+    return bool(stored and claim and len(claim) > token and stored[:token] == claim[:token])
 
 
 def claim_matches(stored: str | None, claim: str | None, source: str) -> bool:

@@ -45,6 +45,13 @@ UPDATE {table}
 SET state = 0, claim = NULL, reserved_until = NULL
 WHERE local_id IN ({ids}) AND +state = 1 AND reserved_until IS NOT NULL AND claim = :claim
 
+-- name: reserved_by_ids
+-- (local_id, claim) of the given jobs that are reserved: an ack or checkpoint applying to one
+-- counts it as dequeued (the ledger counts a reservation when it is handed out, S-prefetch).
+SELECT local_id, claim
+FROM {table}
+WHERE local_id IN ({ids}) AND reserved_until IS NOT NULL
+
 -- name: lookup_by_ids
 -- Full records of the given jobs (a reserved job reads as PENDING without a claim, S-prefetch); when :with_body is 1, the body's length and the body itself
 -- if it is at most :inline bytes long (longer ones are read by bodies_by_ids, if they fit).

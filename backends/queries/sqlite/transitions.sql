@@ -24,9 +24,7 @@ LIMIT :limit
 -- lookups. One statement per group of acks sharing status and claim (pinlater/storage/acks.py).
 -- A reserved job (prefetched, its hand-out not written yet) is acked as a handed-out one, also
 -- under a claim with its reservation's token (a broker's hand-out claim, R-broker-claim), which
--- then becomes its claim; every ack and checkpoint ends its reservation. :reserved 0 takes only
--- jobs that are not reserved, 1 only reserved ones (sql_base runs 1 only for the ids 0 left:
--- those it changes are counted dequeued, S-reserved-ack; the usual ack is one statement).
+-- then becomes its claim; every ack and checkpoint ends its reservation.
 UPDATE {table}
 SET state = 2,
     custom_status = substr(custom_status || :status, -:cap),
@@ -36,7 +34,6 @@ SET state = 2,
 WHERE local_id IN ({ids}) AND +state = 1
   AND (claim = :claim OR (:claim IS NULL AND substr(claim, :source_pos) = :source)
        OR (reserved_until IS NOT NULL AND substr(claim, 1, :token_len) = substr(:claim, 1, :token_len)))
-  AND (reserved_until IS NOT NULL) = :reserved
 
 -- name: ack_failure_retry
 -- IN_PROGRESS jobs with a matching claim and more than one attempt left -> PENDING (one
@@ -53,7 +50,6 @@ SET state = 0,
 WHERE local_id IN ({ids}) AND +state = 1 AND attempts_remaining > 1
   AND (claim = :claim OR (:claim IS NULL AND substr(claim, :source_pos) = :source)
        OR (reserved_until IS NOT NULL AND substr(claim, 1, :token_len) = substr(:claim, 1, :token_len)))
-  AND (reserved_until IS NOT NULL) = :reserved
 
 -- name: ack_failure_final
 -- IN_PROGRESS jobs with a matching claim and at most one attempt left -> FAILED with none
@@ -68,7 +64,6 @@ SET state = 3,
 WHERE local_id IN ({ids}) AND +state = 1 AND attempts_remaining <= 1
   AND (claim = :claim OR (:claim IS NULL AND substr(claim, :source_pos) = :source)
        OR (reserved_until IS NOT NULL AND substr(claim, 1, :token_len) = substr(:claim, 1, :token_len)))
-  AND (reserved_until IS NOT NULL) = :reserved
 
 -- name: checkpoint
 -- IN_PROGRESS with a matching claim: new state (:state 1 stays, 0 moves to PENDING and clears
@@ -86,7 +81,6 @@ SET state = :state,
 WHERE local_id = :id AND state = 1
   AND (claim = :claim OR (:claim IS NULL AND substr(claim, :source_pos) = :source)
        OR (reserved_until IS NOT NULL AND substr(claim, 1, :token_len) = substr(:claim, 1, :token_len)))
-  AND (reserved_until IS NOT NULL) = :reserved
 
 -- name: retry_failed
 -- Up to :limit FAILED jobs, oldest run_after first, back to PENDING with :remaining attempts.
