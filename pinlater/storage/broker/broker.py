@@ -106,9 +106,13 @@ class Broker:
         """The partition's lease is gone or given up: release its buffered jobs at once."""
         with self._lock:
             buffer = self._buffers.pop((queue, shard), None)
-        if buffer is None:
-            return
-        with buffer.lock:  # a refill in flight ends first (and releases what it fetched)
+        if buffer is not None:
+            self._release_buffered(queue, shard, buffer)
+
+    def _release_buffered(self, queue: str, shard: str, buffer: PartitionBuffer) -> None:
+        """Release every job of the partition's buffer; a refill in flight ends first (and
+        releases what it fetched, once the partition is no longer ours)."""
+        with buffer.lock:
             with self._lock:
                 jobs = buffer.drain()
         self._release(queue, shard, jobs)
@@ -209,12 +213,8 @@ class Broker:
             self._demand.clear()
         for partition in sorted(self.owned()):
             buffer = self._buffers.get(partition)
-            if buffer is None:
-                continue
-            with buffer.lock:
-                with self._lock:
-                    jobs = buffer.drain()
-            self._release(*partition, jobs)
+            if buffer is not None:
+                self._release_buffered(*partition, buffer)
 
     def partition_lock(self, queue: str, shard: str) -> threading.Lock | None:
         """The lock a dequeue holds while it asks storage for an owned partition (`None`: not
