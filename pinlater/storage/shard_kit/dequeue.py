@@ -30,6 +30,20 @@ def dequeue_orders_ids_numerically(kit: Kit) -> None:
     assert [j.local_id for j in kit.dequeue(20)] == older + ids  # 1, 2, ..., 10, not 1, 10, 2
 
 
+@check(rule="D-run-after-order")
+def dequeue_batches_take_the_oldest_in_order(kit: Kit) -> None:
+    """Which jobs a batch takes and in what order, when the batch is a part of what is due
+    and ids run against run_after (a claim that reads candidates first must keep their
+    order: MySQL's claim_select)."""
+    now = kit.shard.now_ms()
+    offsets = [(i * 7) % 20 for i in range(20)]  # distinct, neither id nor reverse-id order
+    ids = [kit.enqueue(b"%d" % o, run_after_ms=now - 1000 * (1 + o))[0] for o in offsets]
+    oldest_first = [i for _, i in sorted(zip(offsets, ids, strict=True), reverse=True)]
+    batches = [[j.local_id for j in kit.dequeue(5)] for _ in range(4)]
+    assert batches == [oldest_first[k : k + 5] for k in range(0, 20, 5)]
+    assert kit.dequeue(5) == []
+
+
 @check(needs_frozen_clock=True, rule="T-dequeue")
 def dequeue_eligibility_includes_run_after_equal_to_now(kit: Kit) -> None:
     now = kit.shard.now_ms()
