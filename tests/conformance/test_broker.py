@@ -134,6 +134,27 @@ def test_a_buffered_job_idle_too_long_goes_back(api, brokered):
     assert broker.buffered(queue) == 0 and api.count(queue, PENDING) == 2
 
 
+@pytest.mark.rule("R-broker-release")
+def test_a_job_buffered_too_long_is_never_served_even_before_the_tick(api, brokered, monkeypatch):
+    """The broker's periodic pass may be late (a stalled process); a dequeue then releases the
+    jobs idle too long instead of serving them near the end of their hold, and takes what it
+    hands out from storage."""
+    queue = brokered
+    api.enqueue(queue, *[b"j%d" % i for i in range(3)])
+    api.dequeue(queue, 1)
+    wait_buffered(api, queue, 2)
+    broker = api.app.store.broker
+    monkeypatch.setattr(broker, "tick", lambda: None)  # the periodic pass does not come
+    monkeypatch.setattr(broker, "idle_seconds", 0.05)
+    time.sleep(0.1)
+    served = served_now(api)
+    response = api.dequeue(queue, 2)
+    assert served_now(api) == served, "a job idle past idle_seconds was served from the buffer"
+    assert len(response.jobs) == 2, "released, then dequeued from storage"
+    for meta in response.jobMetadata.values():
+        assert meta.attemptsRemaining == meta.attemptsAllowed, "the release used no attempt"
+
+
 @pytest.mark.rule("R-broker-serve")
 def test_a_parked_dequeue_gets_a_job_the_broker_buffers(api, brokered):
     queue = brokered

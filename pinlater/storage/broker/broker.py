@@ -162,15 +162,21 @@ class Broker:
         budget: ByteBudget | None,
     ) -> list[DequeuedJob]:
         """Up to `need` buffered jobs of the partition at `priority` that fit `budget`,
-        handed out with `claim` (None: a dry run, which leaves them buffered)."""
+        handed out with `claim` (None: a dry run, which leaves them buffered). Jobs buffered
+        longer than `idle_seconds` are released first, never served: the tick that releases
+        them may be late (a stalled process), and a job served near the end of its hold
+        would have its hand-out written after the janitor gave it back (delivered twice)."""
         buffer = self._buffers.get((queue, shard))
         if buffer is None or not buffer.held(priority):
             return []
         with self._lock:
             if claim is None:
                 return buffer.peek(priority, need, budget)
+            stale = buffer.stale(self.clock() - self.idle_seconds)
             jobs = buffer.take(priority, need, budget)
             low = buffer.size < self._low_mark(queue)
+        if stale:
+            self._release(queue, shard, stale)
         if low:
             self._maybe_refill(queue, shard)
         if not jobs:
