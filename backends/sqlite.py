@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.sql_base import QueryBook, SQLDialect, SQLShard, StatsTables
+from backends.sqlite_insert import insert_rows
 from backends.sqlite_writer import GroupCommit
 from pinlater.storage.contract import Backend, ShardSpec, StorageLimits
 from pinlater.storage.errors import QueueNotFound, ShardError, StorageFull
@@ -365,11 +366,7 @@ class SQLiteShard(SQLShard):
         done.update(missing)
 
     def _insert_jobs(self, cur: Any, sql: str, rows: list[dict[str, Any]]) -> list[int]:
-        # Under the write lock AUTOINCREMENT hands out consecutive ids (max(seq, max id) + 1
-        # each), so the batch's ids end at last_insert_rowid().
-        cur.executemany(sql, rows)
-        last = cur.execute("SELECT last_insert_rowid()").fetchone()[0]
-        return list(range(last - len(rows) + 1, last + 1))
+        return insert_rows(cur, sql, rows)  # a few multi-row statements: few GIL hand-offs
 
     # ---- queues ----
     def create_queue(self, queue: str) -> None:
