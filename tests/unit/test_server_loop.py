@@ -80,3 +80,32 @@ def test_many_threads_never_exceed_the_slot_count():
     for t in threads:
         t.join(10)
     assert peak[0] == 3 and slots.qsize() == 3
+
+
+def _wait_until(predicate, timeout=2.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.002)
+
+
+def test_a_freed_slot_goes_to_the_oldest_waiter_not_to_a_newcomer():
+    slots = worker_slots(1)
+    slots.get()
+    order: list[int] = []
+    waiters = []
+    for i in range(5):  # queue up one after the other: 0 waits longest
+        thread = threading.Thread(target=lambda i=i: (slots.get(), order.append(i)))
+        thread.start()
+        waiters.append(thread)
+        _wait_until(lambda n=i + 1: slots.waiting() == n)
+    for served in range(1, 6):
+        # the slot goes straight to the oldest waiter: a caller arriving now finds none free
+        slots.put(None)
+        assert slots.qsize() == 0
+        _wait_until(lambda n=served: len(order) == n)
+    for thread in waiters:
+        thread.join(2.0)
+    assert order == [0, 1, 2, 3, 4]
+    slots.put(None)
+    assert slots.qsize() == 1 and slots.waiting() == 0
